@@ -1,0 +1,33 @@
+"""The engine's error types.
+
+Each derives from the built-in type a user would first try to catch (``ValueError`` for bad
+shapes and values, ``RuntimeError`` for misuse of the graph or devices); where both readings
+are natural, from both.
+"""
+
+
+class ShapeError(ValueError):
+    """An op received operands whose shapes it cannot combine; the message names the op and shapes."""
+
+
+class DeviceError(RuntimeError, ValueError):
+    """A device is unavailable, unknown, or two operands of one op live on different devices."""
+
+
+class GraphError(RuntimeError):
+    """Misuse of the tape: backward through a freed graph, a non-scalar backward without a gradient."""
+
+
+class AnomalyError(RuntimeError):
+    """Raised under ``detect_anomaly()`` by the first op whose forward or backward output holds NaN or Inf."""
+
+
+class StateDictError(RuntimeError, KeyError):
+    """``load_state_dict`` found missing, unexpected or mis-shaped keys; the message lists each one."""
+
+    def __str__(self):  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointError(ValueError, OSError):
+    """A checkpoint file is truncated, corrupt, or not one that ``tinygrad_caps.save`` wrote."""

@@ -1,0 +1,89 @@
+"""Helpers shared by the op families: operand conversion, axes, and undoing broadcasting."""
+from __future__ import annotations
+
+from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_tensor
+
+
+def operands(a, b):
+    """Both operands as Tensors; a Python scalar takes the other operand's dtype and device."""
+    if isinstance(a, Tensor):
+        return a, as_tensor(b, like=a)
+    if isinstance(b, Tensor):
+        return as_tensor(a, like=b), b
+    a = as_tensor(a)
+    return a, as_tensor(b, like=a)
+
+
+def constant(array) -> Tensor:
+    """Wrap an array as a Tensor outside the graph (a mask, a scale)."""
+    return Tensor._wrap(array)
+
+
+def normalize_axes(axis, ndim: int, op: str):
+    """``axis`` (None, int or sequence) as None or a sorted tuple of non-negative axes; checks range."""
+    if axis is None:
+        return None
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < max(ndim, 1):
+            raise ShapeError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimensions")
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{op}: repeated axis in {axis}")
+    return tuple(sorted(out))
+
+
+def sum_to_array(x, shape):
+    """Sum the array ``x`` down to ``shape``, undoing NumPy broadcasting (shape must broadcast to x.shape)."""
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+    return x.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+class SumTo(Function):
+    """Sum over broadcast axes down to a target shape; the adjoint of BroadcastTo."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def forward(self, x):
+        return sum_to_array(x, self.shape)
+
+    def backward(self, gy):
+        return BroadcastTo(self.inputs[0].shape)(gy)
+
+
+class BroadcastTo(Function):
+    """Broadcast to a target shape (a read-only view); the adjoint of SumTo."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def forward(self, x):
+        from ..backend import array_module
+
+        return array_module(x).broadcast_to(x, self.shape)
+
+    def backward(self, gy):
+        return sum_to(gy, self.inputs[0].shape)
+
+
+def sum_to(x: Tensor, shape) -> Tensor:
+    """Differentiable: sum ``x`` (shape S) down to ``shape`` that broadcasts to S; x itself if equal.
+
+    The one helper that every broadcasting op's backward uses.
+    """
+    shape = tuple(shape)
+    return x if x.shape == shape else SumTo(shape)(x)
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    """Differentiable broadcast of ``x`` to ``shape`` (NumPy rules); x itself if the shape is equal."""
+    shape = tuple(shape)
+    return x if x.shape == shape else BroadcastTo(shape)(x)

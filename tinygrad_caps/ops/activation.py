@@ -1,0 +1,128 @@
+"""Activations: relu, leaky_relu, sigmoid, tanh, softmax, log_softmax, and the capsule squash."""
+from __future__ import annotations
+
+from ..autograd import Function
+from ..backend import array_module
+from ..tensor import Tensor, as_tensor
+from ._common import constant, normalize_axes
+from .reduce import sum as reduce_sum
+
+
+class ReLU(Function):
+    def forward(self, x):
+        return array_module(x).maximum(x, 0)
+
+    def backward(self, gy):
+        return gy * constant((self.inputs[0].data > 0).astype(gy.dtype))
+
+
+class LeakyReLU(Function):
+    def __init__(self, slope):
+        self.slope = slope
+
+    def forward(self, x):
+        return array_module(x).where(x > 0, x, x * self.slope)
+
+    def backward(self, gy):
+        x = self.inputs[0].data
+        return gy * constant(array_module(x).where(x > 0, 1, self.slope).astype(gy.dtype))
+
+
+class Sigmoid(Function):
+    def forward(self, x):
+        xp = array_module(x)
+        return (xp.tanh(x * 0.5) + 1) * 0.5  # no overflow for large |x|
+
+    def backward(self, gy):
+        y = self.output()
+        return gy * y * (1 - y)
+
+
+class Tanh(Function):
+    def forward(self, x):
+        return array_module(x).tanh(x)
+
+    def backward(self, gy):
+        y = self.output()
+        return gy * (1 - y * y)
+
+
+class Softmax(Function):
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, x):
+        xp = array_module(x)
+        e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
+        e /= e.sum(axis=self.axis, keepdims=True)
+        return e
+
+    def backward(self, gy):
+        y = self.output()
+        return y * (gy - reduce_sum(gy * y, self.axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, x):
+        xp = array_module(x)
+        shifted = x - x.max(axis=self.axis, keepdims=True)
+        return shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
+
+    def backward(self, gy):
+        from .elementwise import exp
+
+        return gy - exp(self.output()) * reduce_sum(gy, self.axis, keepdims=True)
+
+
+def relu(x) -> Tensor:
+    """max(x, 0), same shape; gradient 0 at 0."""
+    return ReLU()(as_tensor(x))
+
+
+def leaky_relu(x, negative_slope: float = 0.01) -> Tensor:
+    """x where x > 0, else negative_slope * x; same shape."""
+    return LeakyReLU(negative_slope)(as_tensor(x))
+
+
+def sigmoid(x) -> Tensor:
+    """1 / (1 + exp(-x)), same shape, computed without overflow."""
+    return Sigmoid()(as_tensor(x))
+
+
+def tanh(x) -> Tensor:
+    """Hyperbolic tangent, same shape."""
+    return Tanh()(as_tensor(x))
+
+
+def _one_axis(x, axis, op):
+    return normalize_axes(axis, x.ndim, op)[0]
+
+
+def softmax(x, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``axis`` (stable: the max is subtracted first); same shape."""
+    x = as_tensor(x)
+    return Softmax(_one_axis(x, axis, "softmax"))(x)
+
+
+def log_softmax(x, axis: int = -1) -> Tensor:
+    """log(softmax(x, axis)) computed stably; same shape."""
+    x = as_tensor(x)
+    return LogSoftmax(_one_axis(x, axis, "log_softmax"))(x)
+
+
+def squash(s, axis: int = -1, eps: float = 1e-8) -> Tensor:
+    """The capsule nonlinearity ``|s|^2 / (1 + |s|^2) * s / sqrt(|s|^2 + eps)`` along ``axis``; same shape.
+
+    ``eps`` keeps the gradient finite at s = 0. Written from primitives, so its gradient (and
+    second derivative) is derived by the engine.
+    """
+    s = as_tensor(s)
+    axis = _one_axis(s, axis, "squash")
+    squared_norm = reduce_sum(s * s, axis, keepdims=True)
+    from .elementwise import sqrt
+
+    scale = squared_norm / (1 + squared_norm) / sqrt(squared_norm + eps)
+    return s * scale

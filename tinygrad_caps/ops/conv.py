@@ -1,0 +1,169 @@
+"""2-D convolution by im2col + one GEMM, and its adjoint, the transposed convolution.
+
+Layout: NCHW images, weights (out, in, kh, kw) for conv2d and (in, out, kh, kw) for
+conv_transpose2d (PyTorch's). The column matrix is (C*kh*kw, N*OH*OW), so the whole batch is one
+matrix product with the (O, C*kh*kw) weight. ``Im2Col`` and ``Col2Im`` are each other's adjoint
+and each other's backward, so every derivative of a convolution, of any order, is built from
+im2col, col2im and matmul.
+"""
+from __future__ import annotations
+
+from ..autograd import Function
+from ..backend import array_module
+from ..errors import ShapeError
+from ..tensor import Tensor, as_tensor
+from .linalg import matmul
+from .shape import reshape, transpose
+
+
+def _pair(value, name):
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or any(int(v) != v for v in pair):
+        raise ValueError(f"conv: {name} must be an int or a pair of ints, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
+    """Output length of a convolution along one axis: (size + 2*padding - kernel) // stride + 1."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def im2col_array(x, kernel, stride, padding):
+    """(N, C, H, W) array -> (C*kh*kw, N*OH*OW) array of patches (row: channel, ky, kx; column: n, oy, ox)."""
+    xp = array_module(x)
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    n, c, h, w = x.shape
+    oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
+    if ph or pw:
+        padded = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=x.dtype)
+        padded[:, :, ph:ph + h, pw:pw + w] = x
+        x = padded
+    s = x.strides
+    windows = xp.lib.stride_tricks.as_strided(
+        x, shape=(c, kh, kw, n, oh, ow), strides=(s[1], s[2], s[3], s[0], s[2] * sh, s[3] * sw)
+    )
+    return xp.ascontiguousarray(windows).reshape(c * kh * kw, n * oh * ow)
+
+
+def col2im_array(col, image_shape, kernel, stride, padding):
+    """Adjoint of im2col: sums every patch entry back into its pixel; returns an (N, C, H, W) array.
+
+    Deterministic: a fixed loop over the kh*kw kernel offsets, no atomics.
+    """
+    xp = array_module(col)
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    n, c, h, w = image_shape
+    oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
+    patches = col.reshape(c, kh, kw, n, oh, ow)
+    out = xp.zeros((c, n, h + 2 * ph, w + 2 * pw), dtype=col.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += patches[:, i, j]
+    return xp.ascontiguousarray(out[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3))
+
+
+class Im2Col(Function):
+    def __init__(self, kernel, stride, padding):
+        self.kernel, self.stride, self.padding = kernel, stride, padding
+
+    def forward(self, x):
+        return im2col_array(x, self.kernel, self.stride, self.padding)
+
+    def backward(self, gy):
+        return Col2Im(self.inputs[0].shape, self.kernel, self.stride, self.padding)(gy)
+
+
+class Col2Im(Function):
+    def __init__(self, image_shape, kernel, stride, padding):
+        self.image_shape, self.kernel, self.stride, self.padding = tuple(image_shape), kernel, stride, padding
+
+    def forward(self, col):
+        return col2im_array(col, self.image_shape, self.kernel, self.stride, self.padding)
+
+    def backward(self, gy):
+        return Im2Col(self.kernel, self.stride, self.padding)(gy)
+
+
+def im2col(x, kernel_size, stride=1, padding=0) -> Tensor:
+    """Differentiable im2col: x (N, C, H, W) -> (C*kh*kw, N*OH*OW)."""
+    x = as_tensor(x)
+    if x.ndim != 4:
+        raise ShapeError(f"im2col: expected an (N, C, H, W) input, got shape {x.shape}")
+    return Im2Col(_pair(kernel_size, "kernel_size"), _pair(stride, "stride"), _pair(padding, "padding"))(x)
+
+
+def col2im(col, image_shape, kernel_size, stride=1, padding=0) -> Tensor:
+    """Differentiable col2im (adjoint of im2col): (C*kh*kw, N*OH*OW) -> image_shape (N, C, H, W)."""
+    return Col2Im(image_shape, _pair(kernel_size, "kernel_size"), _pair(stride, "stride"), _pair(padding, "padding"))(
+        as_tensor(col)
+    )
+
+
+def _check_conv_args(op, x, w, b, in_axis, stride, padding):
+    if x.ndim != 4 or w.ndim != 4:
+        raise ShapeError(f"{op}: expected input (N, C, H, W) and a 4-D weight, got shapes {x.shape} and {w.shape}")
+    if x.shape[1] != w.shape[in_axis]:
+        raise ShapeError(
+            f"{op}: input has {x.shape[1]} channels but the weight of shape {w.shape} expects {w.shape[in_axis]}"
+        )
+    out_channels = w.shape[1 - in_axis]
+    if b is not None and b.shape != (out_channels,):
+        raise ShapeError(f"{op}: bias of shape {b.shape} does not fit {out_channels} output channels")
+    stride, padding = _pair(stride, "stride"), _pair(padding, "padding")
+    if min(stride) < 1 or min(padding) < 0:
+        raise ValueError(f"{op}: stride must be >= 1 and padding >= 0, got stride={stride}, padding={padding}")
+    return stride, padding
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
+    """2-D cross-correlation (PyTorch's conv2d) by im2col and one GEMM.
+
+    Args:
+        x: (N, C, H, W). weight: (O, C, kh, kw). bias: (O,) or None.
+        stride, padding: int or (h, w) pair; zero padding.
+    Returns:
+        (N, O, OH, OW) with OH = (H + 2*padding - kh) // stride + 1 (likewise OW).
+    """
+    x, weight = as_tensor(x), as_tensor(weight)
+    bias = None if bias is None else as_tensor(bias)
+    stride, padding = _check_conv_args("conv2d", x, weight, bias, 1, stride, padding)
+    n, c, h, w = x.shape
+    o, _, kh, kw = weight.shape
+    oh, ow = conv_output_size(h, kh, stride[0], padding[0]), conv_output_size(w, kw, stride[1], padding[1])
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"conv2d: kernel {(kh, kw)} is larger than the padded input {x.shape}")
+    col = Im2Col((kh, kw), stride, padding)(x)
+    y = matmul(reshape(weight, (o, c * kh * kw)), col)
+    y = transpose(reshape(y, (o, n, oh, ow)), (1, 0, 2, 3))
+    if bias is not None:
+        y = y + reshape(bias, (1, o, 1, 1))
+    return y
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0) -> Tensor:
+    """Transposed convolution (PyTorch's conv_transpose2d): the adjoint of conv2d in its input.
+
+    Args:
+        x: (N, Cin, H, W). weight: (Cin, Cout, kh, kw). bias: (Cout,) or None.
+        stride, padding, output_padding: int or (h, w) pair; output_padding < stride.
+    Returns:
+        (N, Cout, OH, OW) with OH = (H - 1)*stride - 2*padding + kh + output_padding.
+    """
+    x, weight = as_tensor(x), as_tensor(weight)
+    bias = None if bias is None else as_tensor(bias)
+    stride, padding = _check_conv_args("conv_transpose2d", x, weight, bias, 0, stride, padding)
+    extra = _pair(output_padding, "output_padding")
+    if extra[0] >= stride[0] or extra[1] >= stride[1] or min(extra) < 0:
+        raise ValueError(f"conv_transpose2d: output_padding {extra} must be >= 0 and smaller than stride {stride}")
+    n, cin, h, w = x.shape
+    _, cout, kh, kw = weight.shape
+    oh = (h - 1) * stride[0] - 2 * padding[0] + kh + extra[0]
+    ow = (w - 1) * stride[1] - 2 * padding[1] + kw + extra[1]
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"conv_transpose2d: padding {padding} leaves no output for input {x.shape}")
+    rows = reshape(transpose(x, (1, 0, 2, 3)), (cin, n * h * w))
+    col = matmul(transpose(reshape(weight, (cin, cout * kh * kw))), rows)
+    y = Col2Im((n, cout, oh, ow), (kh, kw), stride, padding)(col)
+    if bias is not None:
+        y = y + reshape(bias, (1, cout, 1, 1))
+    return y

@@ -1,0 +1,152 @@
+"""Optimizers with PyTorch's update rules: SGD (momentum, Nesterov, weight decay), Adam, AdamW.
+
+Updates run on the raw arrays in place, outside the graph. Hyperparameters are attributes
+(``opt.lr``), which the schedulers change.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import backend
+from ..tensor import Tensor
+
+
+class Optimizer:
+    """Base class: holds the parameters, per-parameter state, and hyperparameters by name."""
+
+    hyperparameters: tuple = ("lr",)
+
+    def __init__(self, params, **hyper):
+        self.params = []
+        seen = set()
+        for p in params:
+            if not isinstance(p, Tensor) or not p.requires_grad:
+                raise ValueError(f"{type(self).__name__}: every parameter must be a Tensor that requires grad, got {type(p).__name__}")
+            if id(p) not in seen:
+                seen.add(id(p))
+                self.params.append(p)
+        if not self.params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        for name, value in hyper.items():
+            setattr(self, name, value)
+        if self.lr < 0:
+            raise ValueError(f"{type(self).__name__}: invalid learning rate {self.lr}")
+        self.state = [dict() for _ in self.params]
+
+    def zero_grad(self) -> None:
+        """Drop every parameter's gradient."""
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient."""
+        for p, state in zip(self.params, self.state):
+            if p.grad is not None:
+                self.update(p.data, p.grad.data, state)
+
+    def update(self, param, grad, state) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """{"hyperparameters": {...}, "state": {"0": {...}, ...}} with arrays and plain values."""
+        return {
+            "hyperparameters": {name: getattr(self, name) for name in self.hyperparameters},
+            "state": {str(i): dict(s) for i, s in enumerate(self.state)},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore hyperparameters and per-parameter state (arrays moved to each parameter's device)."""
+        saved = state["state"]
+        if len(saved) != len(self.params):
+            raise ValueError(f"{type(self).__name__}.load_state_dict: {len(saved)} saved parameter states, "
+                             f"optimizer has {len(self.params)} parameters")
+        for name, value in state["hyperparameters"].items():
+            setattr(self, name, tuple(value) if isinstance(value, list) else value)
+        for i, p in enumerate(self.params):
+            restored = {}
+            for key, value in saved[str(i)].items():
+                if getattr(value, "ndim", 0) > 0:
+                    if tuple(value.shape) != p.shape:
+                        raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of parameter {i} "
+                                         f"has shape {tuple(value.shape)}, parameter has {p.shape}")
+                    value = backend.to_device(value, p.device).astype(p.dtype)
+                elif hasattr(value, "item"):
+                    value = value.item()
+                restored[key] = value
+            self.state[i] = restored
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum (dampening), Nesterov and L2 weight decay."""
+
+    hyperparameters = ("lr", "momentum", "dampening", "nesterov", "weight_decay")
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
+        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                         weight_decay=weight_decay)
+
+    def update(self, param, grad, state):
+        if self.weight_decay:
+            grad = grad + self.weight_decay * param
+        if self.momentum:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = grad.copy()
+            else:
+                buf *= self.momentum
+                buf += (1 - self.dampening) * grad
+            state["momentum_buffer"] = buf
+            grad = grad + self.momentum * buf if self.nesterov else buf
+        param -= self.lr * grad
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with bias correction, exactly PyTorch's update; optional AMSGrad, L2 decay."""
+
+    hyperparameters = ("lr", "betas", "eps", "weight_decay", "amsgrad")
+    decoupled_decay = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False):
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"{type(self).__name__}: betas must lie in [0, 1), got {betas}")
+        super().__init__(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+
+    def update(self, param, grad, state):
+        xp = backend.array_module(param)
+        beta1, beta2 = self.betas
+        if self.weight_decay:
+            if self.decoupled_decay:
+                param *= 1 - self.lr * self.weight_decay
+            else:
+                grad = grad + self.weight_decay * param
+        if "step" not in state:
+            state["step"] = 0
+            state["exp_avg"] = xp.zeros_like(param)
+            state["exp_avg_sq"] = xp.zeros_like(param)
+            if self.amsgrad:
+                state["max_exp_avg_sq"] = xp.zeros_like(param)
+        state["step"] += 1
+        t = state["step"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m *= beta1
+        m += (1 - beta1) * grad
+        v *= beta2
+        v += (1 - beta2) * grad * grad
+        if self.amsgrad:
+            xp.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
+            v = state["max_exp_avg_sq"]
+        bias_correction2_sqrt = math.sqrt(1 - beta2 ** t)
+        step_size = self.lr / (1 - beta1 ** t)
+        denom = xp.sqrt(v) / bias_correction2_sqrt + self.eps
+        param -= step_size * (m / denom)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): param *= 1 - lr * weight_decay first."""
+
+    decoupled_decay = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
