@@ -24,6 +24,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 class _Mode:
     grad_enabled = True
     anomaly = False
+    backward_node = None  # the node whose backward is running (anomaly reports name it)
 
 
 def is_grad_enabled() -> bool:
@@ -106,8 +107,6 @@ class Function:
         return type(self).__name__
 
     def __call__(self, *inputs):
-        from .tensor import Tensor
-
         arrays = [x.data for x in inputs]
         if len(arrays) > 1:
             _check_same_device(self.name, arrays)
@@ -121,6 +120,9 @@ class Function:
             shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
             raise ShapeError(f"{self.name}: {exc} (input shapes {shapes})") from exc
         if _Mode.anomaly and _has_nonfinite(y):
+            node = _Mode.backward_node
+            if node is not None:
+                raise AnomalyError(f"{node.describe()} produced NaN or Inf in its backward (in {self.name})")
             raise AnomalyError(f"{self.describe(inputs)} produced NaN or Inf in its forward output")
         out = Tensor._wrap(y)
         if _Mode.grad_enabled:
@@ -242,7 +244,14 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
                     captured[id(out)] = gy
             elif out._retains_grad:
                 _accumulate(out, gy)
-            gxs = fn.backward(gy)
+            if _Mode.anomaly:
+                _Mode.backward_node = fn
+                try:
+                    gxs = fn.backward(gy)
+                finally:
+                    _Mode.backward_node = None
+            else:
+                gxs = fn.backward(gy)
             if not isinstance(gxs, tuple):
                 gxs = (gxs,)
             for x, gx, need in zip(fn.inputs, gxs, fn.needs_grad):
@@ -282,8 +291,6 @@ def _needed_nodes(order, target_ids):
 
 
 def _as_grad_tensor(root, grad, what):
-    from .tensor import Tensor
-
     if grad is None:
         if root.data.size != 1:
             raise GraphError(
@@ -319,8 +326,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     Returns:
         A tuple with one gradient Tensor (shape of that input) or None per input.
     """
-    from .tensor import Tensor
-
     single = isinstance(outputs, Tensor)
     outputs = [outputs] if single else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
@@ -343,3 +348,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                 f"grad: an input of shape {x.shape} is not used to compute the outputs (pass allow_unused=True)"
             )
     return tuple(result)
+
+
+from .tensor import Tensor  # noqa: E402  (tensor.py builds on this module; imported last to close the cycle)

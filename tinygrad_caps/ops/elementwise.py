@@ -116,7 +116,7 @@ class Sqrt(Function):
 
 class Abs(Function):
     def forward(self, x):
-        return abs(x)
+        return array_module(x).abs(x)
 
     def backward(self, gy):
         x = self.inputs[0].data
