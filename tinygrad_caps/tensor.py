@@ -76,7 +76,7 @@ class Tensor:
     # ----- properties -----
     @property
     def shape(self) -> tuple:
-        return tuple(self.data.shape)
+        return self.data.shape
 
     @property
     def ndim(self) -> int:

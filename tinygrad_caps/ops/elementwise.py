@@ -16,7 +16,8 @@ class Add(Function):
 
     def backward(self, gy):
         a, b = self.inputs
-        return sum_to(gy, a.shape), sum_to(gy, b.shape)
+        ga = sum_to(gy, a.shape) if self.needs_grad[0] else None
+        return ga, sum_to(gy, b.shape) if self.needs_grad[1] else None
 
 
 class Sub(Function):
@@ -25,7 +26,8 @@ class Sub(Function):
 
     def backward(self, gy):
         a, b = self.inputs
-        return sum_to(gy, a.shape), sum_to(-gy, b.shape) if self.needs_grad[1] else None
+        ga = sum_to(gy, a.shape) if self.needs_grad[0] else None
+        return ga, sum_to(-gy, b.shape) if self.needs_grad[1] else None
 
 
 class Mul(Function):
