@@ -9,8 +9,12 @@ im2col, col2im and matmul.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import Function
-from ..backend import array_module
+from ..backend import array_module, is_cupy_array
+from ..kernels import conv as conv_kernels
+from ..kernels import launch as kernel_launch
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 from .linalg import matmul
@@ -29,24 +33,29 @@ def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
-def batch_last(n: int) -> bool:
-    """Column order for a batch of ``n``: (oy, ox, n) when the batch is large, else (n, oy, ox).
+def batch_last(n: int, xp=np) -> bool:
+    """Column order for a batch of ``n`` on NumPy: (oy, ox, n) when the batch is large, else (n, oy, ox).
 
     NumPy copies fast only along long inner runs. With the batch innermost, every im2col and col2im
     inner loop runs over N contiguous values (instead of OW strided ones), which made both 4-5x
-    faster at CapsNet's sizes; a tiny batch keeps the image row innermost instead.
+    faster at CapsNet's sizes; a tiny batch keeps the image row innermost instead. On the GPU the
+    image row stays innermost, so neighbouring threads read neighbouring pixels.
     """
-    return n >= 8
+    return xp is np and n >= 8
 
 
-def channels_first_axes(n: int) -> tuple:
+def channels_first_axes(n: int, xp=np) -> tuple:
     """The permutation of NCHW that puts an image batch into column order: (C, H, W, N) or (C, N, H, W)."""
-    return (1, 2, 3, 0) if batch_last(n) else (1, 0, 2, 3)
+    return (1, 2, 3, 0) if batch_last(n, xp) else (1, 0, 2, 3)
 
 
-def from_channels_first_axes(n: int) -> tuple:
+def from_channels_first_axes(n: int, xp=np) -> tuple:
     """The inverse of ``channels_first_axes``: back to NCHW."""
-    return (3, 0, 1, 2) if batch_last(n) else (1, 0, 2, 3)
+    return (3, 0, 1, 2) if batch_last(n, xp) else (1, 0, 2, 3)
+
+
+def _use_raw_kernels(array) -> bool:
+    return is_cupy_array(array) and kernel_launch.raw_kernels_enabled()
 
 
 def im2col_array(x, kernel, stride, padding):
@@ -55,20 +64,22 @@ def im2col_array(x, kernel, stride, padding):
     Row index is (channel, ky, kx); column index is (oy, ox, n), or (n, oy, ox) for a small batch.
     """
     xp = array_module(x)
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     n, c, h, w = x.shape
+    if _use_raw_kernels(x):
+        return conv_kernels.im2col(x, kernel, stride, padding, batch_last(n, xp))
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
-    src = xp.ascontiguousarray(x.transpose(channels_first_axes(n)))
+    src = xp.ascontiguousarray(x.transpose(channels_first_axes(n, xp)))
     if ph or pw:
-        shape = (c, h + 2 * ph, w + 2 * pw, n) if batch_last(n) else (c, n, h + 2 * ph, w + 2 * pw)
+        shape = (c, h + 2 * ph, w + 2 * pw, n) if batch_last(n, xp) else (c, n, h + 2 * ph, w + 2 * pw)
         padded = xp.zeros(shape, dtype=x.dtype)
-        if batch_last(n):
+        if batch_last(n, xp):
             padded[:, ph:ph + h, pw:pw + w, :] = src
         else:
             padded[:, :, ph:ph + h, pw:pw + w] = src
         src = padded
     s = src.strides
-    if batch_last(n):
+    if batch_last(n, xp):
         shape, strides = (c, kh, kw, oh, ow, n), (s[0], s[1], s[2], s[1] * sh, s[2] * sw, s[3])
     else:
         shape, strides = (c, kh, kw, n, oh, ow), (s[0], s[2], s[3], s[1], s[2] * sh, s[3] * sw)
@@ -82,11 +93,13 @@ def col2im_array(col, image_shape, kernel, stride, padding):
     Deterministic: a fixed loop over the kh*kw kernel offsets, no atomics.
     """
     xp = array_module(col)
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     n, c, h, w = image_shape
+    if _use_raw_kernels(col):
+        return conv_kernels.col2im(col, image_shape, kernel, stride, padding, batch_last(n, xp))
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
     hp, wp = h + 2 * ph, w + 2 * pw
-    if batch_last(n):
+    if batch_last(n, xp):
         patches = col.reshape(c, kh, kw, oh, ow, n)
         out = xp.zeros((c, hp, wp, n), dtype=col.dtype)
         for i in range(kh):
@@ -100,7 +113,7 @@ def col2im_array(col, image_shape, kernel, stride, padding):
             for j in range(kw):
                 out[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += patches[:, i, j]
         out = out[:, :, ph:ph + h, pw:pw + w]
-    return xp.ascontiguousarray(out.transpose(from_channels_first_axes(n)))
+    return xp.ascontiguousarray(out.transpose(from_channels_first_axes(n, xp)))
 
 
 class Im2Col(Function):
@@ -175,8 +188,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
         raise ShapeError(f"conv2d: kernel {(kh, kw)} is larger than the padded input {x.shape}")
     col = Im2Col((kh, kw), stride, padding)(x)
     y = matmul(reshape(weight, (o, c * kh * kw)), col)
-    grid = (o, oh, ow, n) if batch_last(n) else (o, n, oh, ow)
-    y = transpose(reshape(y, grid), from_channels_first_axes(n))
+    grid = (o, oh, ow, n) if batch_last(n, x.xp) else (o, n, oh, ow)
+    y = transpose(reshape(y, grid), from_channels_first_axes(n, x.xp))
     if bias is not None:
         y = y + reshape(bias, (1, o, 1, 1))
     return y
@@ -203,7 +216,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     ow = (w - 1) * stride[1] - 2 * padding[1] + kw + extra[1]
     if oh < 1 or ow < 1:
         raise ShapeError(f"conv_transpose2d: padding {padding} leaves no output for input {x.shape}")
-    rows = reshape(transpose(x, channels_first_axes(n)), (cin, n * h * w))
+    rows = reshape(transpose(x, channels_first_axes(n, x.xp)), (cin, n * h * w))
     col = matmul(transpose(reshape(weight, (cin, cout * kh * kw))), rows)
     y = Col2Im((n, cout, oh, ow), (kh, kw), stride, padding)(col)
     if bias is not None:

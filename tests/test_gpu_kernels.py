@@ -1,0 +1,88 @@
+"""Our RawKernels on a real GPU: each equals the NumPy path, and gradients through the kernel path
+equal those through plain CuPy (skipped without a GPU)."""
+import numpy as np
+import pytest
+
+import tinygrad_caps as tc
+import tinygrad_caps.functional as F
+from tinygrad_caps import kernels
+from tinygrad_caps.kernels import capsule, conv, launch, routing
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def cp():
+    import cupy
+
+    return cupy
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (3, 37, 10, 16, 8), (100, 1152, 10, 16, 8)])
+def test_capsule_and_routing_kernels_equal_numpy(cp, shape, dtype):
+    b, i, j, d, k = shape
+    rng = np.random.default_rng(0)
+    u, w = rng.standard_normal((b, i, k)).astype(dtype), rng.standard_normal((i, j, d, k)).astype(dtype)
+    g, c = rng.standard_normal((b, i, j, d)).astype(dtype), rng.standard_normal((b, i, j)).astype(dtype)
+    v = rng.standard_normal((b, j, d)).astype(dtype)
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
+    gpu = cp.asarray
+    np.testing.assert_allclose(capsule.capsule_predict(gpu(u), gpu(w)).get(), np.einsum("ijdk,bik->bijd", w, u), **tol)
+    np.testing.assert_allclose(capsule.capsule_grad_u(gpu(g), gpu(w)).get(), np.einsum("ijdk,bijd->bik", w, g), **tol)
+    np.testing.assert_allclose(capsule.capsule_grad_w(gpu(g), gpu(u)).get(), np.einsum("bijd,bik->ijdk", g, u), **tol)
+    np.testing.assert_allclose(routing.routing_weighted_sum(gpu(c), gpu(g)).get(), np.einsum("bij,bijd->bjd", c, g), **tol)
+    np.testing.assert_allclose(routing.routing_agreement(gpu(g), gpu(v)).get(), np.einsum("bijd,bjd->bij", g, v), **tol)
+
+
+@pytest.mark.parametrize("batch_last", [False, True])
+@pytest.mark.parametrize("case", [((2, 3, 9, 8), (3, 3), (2, 2), (1, 1)), ((100, 256, 20, 20), (9, 9), (2, 2), (0, 0))])
+def test_im2col_and_col2im_kernels_equal_numpy(cp, case, batch_last):
+    from tinygrad_caps.kernels.emulation import reference_im2col
+
+    shape, kernel, stride, padding = case
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    col = conv.im2col(cp.asarray(x), kernel, stride, padding, batch_last).get()
+    if x.size < 10_000:
+        np.testing.assert_array_equal(col, reference_im2col(x, kernel, stride, padding, batch_last))
+    r = np.random.default_rng(2).standard_normal(col.shape).astype(np.float32)
+    back = conv.col2im(cp.asarray(r), shape, kernel, stride, padding, batch_last).get()
+    np.testing.assert_allclose((x.astype(np.float64) * back).sum(), (col.astype(np.float64) * r).sum(), rtol=1e-4)
+
+
+def routing_loss(device, dtype):
+    rng = np.random.default_rng(5)
+    u = tc.tensor(rng.standard_normal((4, 37, 8)).astype(dtype), device=device, requires_grad=True)
+    w = tc.tensor((rng.standard_normal((37, 10, 16, 8)) * 0.1).astype(dtype), device=device, requires_grad=True)
+    x = tc.tensor(rng.standard_normal((4, 3, 11, 11)).astype(dtype), device=device, requires_grad=True)
+    k = tc.tensor(rng.standard_normal((5, 3, 3, 3)).astype(dtype), device=device, requires_grad=True)
+    u_hat = F.capsule_predict(u, w)
+    b = tc.zeros((4, 37, 10), dtype=dtype, device=device)
+    for r in range(3):
+        v = F.squash(F.routing_weighted_sum(F.softmax(b, axis=2), u_hat))
+        if r < 2:
+            b = b + F.routing_agreement(u_hat, v)
+    loss = (v * v).sum() + (F.conv_transpose2d(F.conv2d(x, k, None, 2, 1), k, None, 2, 1) ** 2).sum()
+    grads = tc.grad(loss, [u, w, x, k], create_graph=True)
+    second = tc.grad(sum((g * g).sum() for g in grads), [u, w, x, k])
+    return [g.numpy() for g in grads + second]
+
+
+def test_gradients_through_kernels_equal_plain_cupy_and_numpy():
+    results = {}
+    for name, device, raw in (("numpy", "cpu", True), ("cupy", "cuda", False), ("raw", "cuda", True)):
+        kernels.use_raw_kernels(raw)
+        try:
+            results[name] = routing_loss(device, np.float64)
+        finally:
+            kernels.use_raw_kernels(True)
+    for a, b, c in zip(results["raw"], results["cupy"], results["numpy"]):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(a, c, rtol=1e-9, atol=1e-10)
+
+
+def test_raw_kernel_switch():
+    assert launch.raw_kernels_enabled()
+    kernels.use_raw_kernels(False)
+    assert not kernels.raw_kernels_enabled()
+    kernels.use_raw_kernels(True)

@@ -1,0 +1,174 @@
+"""Every CUDA kernel, run on the CPU through the emulation harness, equals a NumPy reference:
+small shapes with partial blocks, sizes that are not multiples of the block, B=1, and float64.
+Under ThreadSanitizer and AddressSanitizer too (in subprocesses, with the runtimes preloaded)."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tinygrad_caps.kernels import capsule, conv, routing
+from tinygrad_caps.kernels.emulation import Emulator, reference_im2col, sanitizer_runtime
+from tinygrad_caps.kernels.launch import KernelLaunch
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    return Emulator()
+
+
+def tolerance(dtype):
+    return dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+
+
+CAPSULE_SHAPES = [(1, 1, 1, 1, 1), (1, 3, 2, 5, 2), (2, 7, 3, 4, 3), (3, 5, 10, 3, 8)]  # (B, I, J, D, K)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", CAPSULE_SHAPES)
+def test_capsule_kernels_equal_numpy(emulator, shape, dtype):
+    b, i, j, d, k = shape
+    rng = np.random.default_rng(sum(shape))
+    u = rng.standard_normal((b, i, k)).astype(dtype)
+    w = rng.standard_normal((i, j, d, k)).astype(dtype)
+    g = rng.standard_normal((b, i, j, d)).astype(dtype)
+    threads = 32  # a partial last block for every shape here
+    np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, threads), np.einsum("ijdk,bik->bijd", w, u), **tolerance(dtype))
+    np.testing.assert_allclose(capsule.capsule_grad_u(g, w, emulator, threads), np.einsum("ijdk,bijd->bik", w, g), **tolerance(dtype))
+    np.testing.assert_allclose(capsule.capsule_grad_w(g, u, emulator, threads), np.einsum("bijd,bik->ijdk", g, u), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 9, 3, 5), (2, 17, 4, 9), (2, 3, 10, 16)])  # (B, I, J, D)
+def test_routing_kernels_equal_numpy(emulator, shape, dtype):
+    b, i, j, d = shape
+    rng = np.random.default_rng(sum(shape))
+    c = rng.standard_normal((b, i, j)).astype(dtype)
+    u_hat = rng.standard_normal((b, i, j, d)).astype(dtype)
+    v = rng.standard_normal((b, j, d)).astype(dtype)
+    np.testing.assert_allclose(routing.routing_weighted_sum(c, u_hat, emulator), np.einsum("bij,bijd->bjd", c, u_hat), **tolerance(dtype))
+    np.testing.assert_allclose(routing.routing_agreement(u_hat, v, emulator, 32), np.einsum("bijd,bjd->bij", u_hat, v), **tolerance(dtype))
+
+
+CONV_CASES = [  # image shape, kernel, stride, padding
+    ((1, 1, 3, 3), (1, 1), (1, 1), (0, 0)),
+    ((1, 2, 5, 4), (3, 2), (2, 1), (1, 0)),
+    ((2, 3, 6, 7), (3, 3), (2, 2), (1, 2)),
+    ((9, 1, 4, 4), (2, 2), (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("batch_last", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_im2col_and_col2im_kernels_equal_numpy(emulator, case, dtype, batch_last):
+    from tinygrad_caps.ops.conv import col2im_array
+
+    shape, kernel, stride, padding = case
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    col = conv.im2col(x, kernel, stride, padding, batch_last, emulator, threads=32)
+    np.testing.assert_array_equal(col, reference_im2col(x, kernel, stride, padding, batch_last))
+    r = rng.standard_normal(col.shape).astype(dtype)
+    back = conv.col2im(r, shape, kernel, stride, padding, batch_last, emulator, threads=32)
+    # the engine's NumPy col2im in the same column order
+    if batch_last == (shape[0] >= 8):
+        np.testing.assert_allclose(back, col2im_array(r, shape, kernel, stride, padding), **tolerance(dtype))
+    np.testing.assert_allclose((x * back).sum(), (col * r).sum(), **tolerance(dtype))
+
+
+def test_launchers_check_shapes_dtypes_and_devices(emulator):
+    u, w = np.zeros((2, 3, 4)), np.zeros((3, 2, 2, 5))
+    with pytest.raises(ValueError, match="capsule_predict"):
+        capsule.capsule_predict(u, w, emulator)
+    with pytest.raises(TypeError, match="dtype"):
+        capsule.capsule_predict(u.astype(np.float32), np.zeros((3, 2, 2, 4)), emulator)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        routing.routing_agreement(np.zeros((1, 2, 3, 4), np.int64), np.zeros((1, 3, 4), np.int64), emulator)
+    with pytest.raises(TypeError, match="CuPy arrays"):
+        capsule.capsule_predict(u, np.zeros((3, 2, 2, 4)))
+
+
+def test_launchers_accept_non_contiguous_views(emulator):
+    rng = np.random.default_rng(3)
+    u = rng.standard_normal((4, 3, 2)).transpose(1, 0, 2)  # (3, 4, 2) view
+    w = rng.standard_normal((4, 2, 3, 2))
+    np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, 32), np.einsum("ijdk,bik->bijd", w, u), rtol=1e-12)
+
+
+BROKEN_SOURCES = {
+    "skips_last.cu": """
+        extern "C" __global__ void skips_last(float* __restrict__ out, int n)
+        {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n - 1) out[i] = 1.0f;
+        }
+    """,
+    "racy.cu": """
+        extern "C" __global__ void racy(float* __restrict__ out, int n)
+        {
+            __shared__ float partial[64];
+            partial[threadIdx.x] = threadIdx.x;
+            // missing __syncthreads(): reads a neighbour's slot that may not be written yet
+            out[threadIdx.x] = partial[(threadIdx.x + 1) % blockDim.x];
+        }
+    """,
+    "out_of_bounds.cu": """
+        extern "C" __global__ void out_of_bounds(float* __restrict__ out, int n)
+        {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) out[i] = out[i + 1];  // reads one past the end
+        }
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def broken_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("broken_kernels")
+    for name, text in BROKEN_SOURCES.items():
+        (folder / name).write_text(textwrap.dedent(text))
+    return folder
+
+
+def test_an_unwritten_output_element_shows_as_nan(broken_dir):
+    out = np.zeros(5, np.float32)
+    Emulator(source_dir=broken_dir)(KernelLaunch("skips_last.cu", "skips_last", (1,), (8,), (out, np.int32(5)), (0,)))
+    assert np.isnan(out[-1]) and np.all(out[:-1] == 1.0)
+
+
+def run_sanitized(kind, code):
+    env = dict(os.environ, LD_PRELOAD=sanitizer_runtime(kind),
+               TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0",
+               ASAN_OPTIONS="detect_leaks=0 halt_on_error=1 exitcode=66 verify_asan_link_order=0")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("kind", ["thread", "address"])
+def test_all_kernels_pass_under_sanitizers(kind):
+    result = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.emulation", "--sanitize", kind],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all kernels agree with NumPy" in result.stdout
+
+
+@pytest.mark.parametrize("kind, kernel, warning", [
+    ("thread", "racy", "ThreadSanitizer: data race"),
+    ("address", "out_of_bounds", "AddressSanitizer"),
+])
+def test_sanitizers_catch_a_race_and_an_out_of_bounds_read(broken_dir, kind, kernel, warning):
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from tinygrad_caps.kernels.emulation import Emulator
+        from tinygrad_caps.kernels.launch import KernelLaunch
+        out = np.zeros(16, np.float32)
+        Emulator(sanitize={kind!r}, source_dir={str(broken_dir)!r})(
+            KernelLaunch("{kernel}.cu", "{kernel}", (1,), (16,), (out, np.int32(16)), ()))
+    """)
+    result = run_sanitized(kind, code)
+    assert result.returncode != 0 and warning in result.stderr, result.stderr[-2000:]
