@@ -28,6 +28,7 @@ def describe_allocator() -> str:
     from tinygrad_caps import _allocator
 
     if _allocator.applied:
-        return f"glibc mallopt: mmap and trim thresholds {_allocator.THRESHOLD_BYTES >> 20} MiB (set by tinygrad_caps)"
+        return (f"glibc mallopt: mmap and trim thresholds {_allocator.THRESHOLD_BYTES >> 20} MiB, NumPy hugepage "
+                f"madvise {'off' if _allocator.hugepage_madvise_disabled else 'on'} (set by tinygrad_caps)")
     env = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
     return f"malloc defaults{' with ' + str(env) if env else ''}"

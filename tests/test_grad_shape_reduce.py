@@ -151,3 +151,18 @@ def test_sum_to_undoes_broadcasting(data):
     full = np.broadcast_shapes(shape_a, shape_b)
     x = data.draw(arrays(full))
     check_both(lambda t: F.sum_to(t, shape_a) ** 2, [x])
+
+
+def test_short_last_axis_fast_paths_match_numpy_and_have_correct_gradients():
+    """Large arrays with a short last axis take a BLAS / running-max path in sum, max and softmax."""
+    import tinygrad_caps as tc
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((30, 70, 10))
+    t = tc.tensor(x)
+    np.testing.assert_allclose(F.sum(t, -1).numpy(), x.sum(-1), rtol=1e-12)
+    np.testing.assert_array_equal(F.max(t, 2, keepdims=True).numpy(), x.max(-1, keepdims=True))
+    np.testing.assert_array_equal(F.min(t, -1).numpy(), x.min(-1))
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(F.softmax(t, -1).numpy(), e / e.sum(-1, keepdims=True), rtol=1e-12)
+    check_both(lambda s: F.softmax(s, -1) * x + F.max(s, -1, keepdims=True) * F.sum(s, -1, keepdims=True), [x])

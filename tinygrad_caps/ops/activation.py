@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..autograd import Function
 from ..backend import array_module
 from ..tensor import Tensor, as_tensor
-from ._common import constant, normalize_axes
+from ._common import constant, max_array, normalize_axes, sum_array
 from .reduce import sum as reduce_sum
 
 
@@ -53,8 +53,8 @@ class Softmax(Function):
 
     def forward(self, x):
         xp = array_module(x)
-        e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
-        e /= e.sum(axis=self.axis, keepdims=True)
+        e = xp.exp(x - max_array(x, (self.axis,), True))
+        e /= sum_array(e, (self.axis,), True)
         return e
 
     def backward(self, gy):
@@ -68,8 +68,8 @@ class LogSoftmax(Function):
 
     def forward(self, x):
         xp = array_module(x)
-        shifted = x - x.max(axis=self.axis, keepdims=True)
-        return shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
+        shifted = x - max_array(x, (self.axis,), True)
+        return shifted - xp.log(sum_array(xp.exp(shifted), (self.axis,), True))
 
     def backward(self, gy):
         from .elementwise import exp

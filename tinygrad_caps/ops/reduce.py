@@ -5,7 +5,7 @@ import math
 
 from ..autograd import Function
 from ..tensor import Tensor, as_tensor
-from ._common import broadcast_to, constant, normalize_axes
+from ._common import broadcast_to, constant, max_array, normalize_axes, sum_array
 
 
 def _keepdims_shape(shape, axes):
@@ -19,7 +19,7 @@ class Sum(Function):
         self.axes, self.keepdims = axes, keepdims
 
     def forward(self, x):
-        return x.sum(axis=self.axes, keepdims=self.keepdims)
+        return sum_array(x, self.axes, self.keepdims)
 
     def backward(self, gy):
         shape = self.inputs[0].shape
@@ -37,9 +37,9 @@ class Extreme(Function):
     def forward(self, x):
         if x.size == 0:
             raise ValueError("max/min of an empty tensor")
-        y = x.max(axis=self.axes, keepdims=True) if self.largest else x.min(axis=self.axes, keepdims=True)
+        y = max_array(x, self.axes, True, self.largest)
         hits = x == y
-        self.share = hits / hits.sum(axis=self.axes, keepdims=True)
+        self.share = hits / hits.sum(axis=self.axes, keepdims=True, dtype=x.dtype)
         return y if self.keepdims else y.reshape(_squeezed_shape(x.shape, self.axes))
 
     def backward(self, gy):
