@@ -1,0 +1,60 @@
+"""Reconstruction decoders: the paper's fully connected one and a small transposed-conv one."""
+from __future__ import annotations
+
+import math
+
+from tinygrad_caps import functional as F
+from tinygrad_caps import nn
+
+
+class FCDecoder(nn.Module):
+    """The paper's decoder: (B, num_caps*dim) -> 512 -> 1024 -> C*H*W, ReLU, ReLU, sigmoid."""
+
+    def __init__(self, in_features: int, out_pixels: int, hidden=(512, 1024)):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden[0])
+        self.fc2 = nn.Linear(hidden[0], hidden[1])
+        self.fc3 = nn.Linear(hidden[1], out_pixels)
+
+    def forward(self, x):
+        return F.sigmoid(self.fc3(F.relu(self.fc2(F.relu(self.fc1(x))))))
+
+
+class DeconvDecoder(nn.Module):
+    """FC to a (16, s, s) map with s = ceil(size/4), two stride-2 transposed convolutions to
+    (32, 4s, 4s), a 3x3 convolution to C channels, a crop to (H, W) and a sigmoid. About 85% fewer
+    parameters than the FC decoder at 28x28; ``batch_norm`` adds BatchNorm2d after each upsampling.
+    """
+
+    def __init__(self, in_features: int, channels: int, image_size: int, batch_norm: bool = False):
+        super().__init__()
+        self.channels, self.image_size = channels, image_size
+        self.base = math.ceil(image_size / 4)
+        self.fc = nn.Linear(in_features, 16 * self.base * self.base)
+        self.deconv1 = nn.ConvTranspose2d(16, 64, 4, stride=2, padding=1)
+        self.deconv2 = nn.ConvTranspose2d(64, 32, 4, stride=2, padding=1)
+        self.conv = nn.Conv2d(32, channels, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(64) if batch_norm else None
+        self.bn2 = nn.BatchNorm2d(32) if batch_norm else None
+
+    def forward(self, x):
+        h = F.relu(self.fc(x))
+        h = F.reshape(h, (x.shape[0], 16, self.base, self.base))
+        h = self.deconv1(h)
+        h = F.relu(self.bn1(h) if self.bn1 is not None else h)
+        h = self.deconv2(h)
+        h = F.relu(self.bn2(h) if self.bn2 is not None else h)
+        h = self.conv(h)[:, :, :self.image_size, :self.image_size]
+        return F.sigmoid(F.reshape(h, (x.shape[0], -1)))
+
+
+DECODERS = ("fc", "deconv", "deconv-bn")
+
+
+def make_decoder(kind: str, in_features: int, channels: int, image_size: int) -> nn.Module:
+    """"fc", "deconv" or "deconv-bn" (the transposed-conv decoder with batch norm)."""
+    if kind == "fc":
+        return FCDecoder(in_features, channels * image_size * image_size)
+    if kind in ("deconv", "deconv-bn"):
+        return DeconvDecoder(in_features, channels, image_size, batch_norm=kind == "deconv-bn")
+    raise ValueError(f"unknown decoder {kind!r}; choose one of {DECODERS}")

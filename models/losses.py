@@ -1,0 +1,55 @@
+"""CapsNet's losses: the margin loss on capsule lengths and the reconstruction loss."""
+from __future__ import annotations
+
+import numpy as np
+
+from tinygrad_caps import functional as F
+from tinygrad_caps.tensor import Tensor
+
+
+def _label_array(labels, xp):
+    data = labels.data if isinstance(labels, Tensor) else np.asarray(labels)
+    if data.dtype.kind not in "iu":
+        raise ValueError(f"labels must be integers, got {data.dtype}")
+    return xp.asarray(data)
+
+
+def margin_loss(lengths, labels, m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5) -> Tensor:
+    """Per-example margin loss: sum_k T_k max(0, m+ - |v_k|)^2 + down_weight (1 - T_k) max(0, |v_k| - m-)^2.
+
+    Args:
+        lengths: (B, K) capsule lengths. labels: (B,) integer classes (NumPy array or Tensor).
+    Returns:
+        (B,) loss per example.
+    """
+    if lengths.ndim != 2:
+        raise ValueError(f"margin_loss: expected lengths (B, K), got shape {lengths.shape}")
+    y = _label_array(labels, lengths.xp)
+    if y.shape != lengths.shape[:1]:
+        raise ValueError(f"margin_loss: labels of shape {tuple(y.shape)} do not fit lengths {lengths.shape}")
+    target = F.one_hot(y, lengths.shape[1], dtype=lengths.dtype)
+    present = F.relu(m_plus - lengths) ** 2
+    absent = F.relu(lengths - m_minus) ** 2
+    return F.sum(target * present + down_weight * (1 - target) * absent, axis=1)
+
+
+def _as_pixels(images, like: Tensor) -> Tensor:
+    if not isinstance(images, Tensor):
+        images = Tensor._wrap(like.xp.asarray(images))
+    return F.reshape(F.cast(images, like.dtype), (images.shape[0], -1))
+
+
+def reconstruction_loss(reconstruction, images) -> Tensor:
+    """Per-example sum of squared pixel errors: reconstruction (B, P), images (B, ...) with P pixels; returns (B,)."""
+    pixels = _as_pixels(images, reconstruction)
+    if pixels.shape != reconstruction.shape:
+        raise ValueError(f"reconstruction_loss: reconstruction {reconstruction.shape} and images {pixels.shape} differ")
+    diff = reconstruction - pixels
+    return F.sum(diff * diff, axis=1)
+
+
+def capsule_loss(lengths, reconstruction, images, labels, reconstruction_weight: float = 0.0005,
+                 m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5) -> Tensor:
+    """Batch mean of margin_loss + reconstruction_weight * reconstruction_loss; a scalar Tensor."""
+    margin = margin_loss(lengths, labels, m_plus, m_minus, down_weight)
+    return F.mean(margin + reconstruction_weight * reconstruction_loss(reconstruction, images))
