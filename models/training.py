@@ -7,8 +7,10 @@ augmentation are drawn per (seed, epoch, batch), never from a stream that a rest
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -74,110 +76,152 @@ def _progress(total, description, enabled):
     return tqdm(total=total, desc=description, unit="img", disable=not enabled, dynamic_ncols=True, leave=False)
 
 
-def train(config: dict, out_dir: Path, resume: bool = False, show_progress: bool = True, log=print) -> list:
-    """Train a CapsNet as ``config`` says (the CLI's options); returns the per-epoch metrics.
+class Trainer:
+    """One training run: the data, the model, the optimizer and schedule, and the run folder."""
 
-    Writes ``config.json``, appends one line per epoch to ``metrics.jsonl``, and keeps
-    ``checkpoints/last.npz`` (also on Ctrl-C) and ``checkpoints/best.npz``.
-    """
-    out_dir = Path(out_dir)
-    checkpoints = out_dir / "checkpoints"
-    last_path = checkpoints / "last.npz"
-    device = tc.backend.normalize_device(config.get("device", "auto"))
-    if config["batch_size"] < 1:
-        raise ValueError(f"batch size must be positive, got {config['batch_size']}")
+    def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print):
+        if config["batch_size"] < 1:
+            raise ValueError(f"batch size must be positive, got {config['batch_size']}")
+        self.out_dir, self.show_progress, self.log = Path(out_dir), show_progress, log
+        self.last_path = self.out_dir / "checkpoints" / "last.npz"
+        device = tc.backend.normalize_device(config.get("device", "auto"))
+        self.train_images, self.train_labels = limited(
+            *load_dataset(config["dataset"], "train", config.get("data_dir")), config.get("limit_train"))
+        self.test_images, self.test_labels = limited(
+            *load_dataset(config["dataset"], "test", config.get("data_dir")), config.get("limit_test"))
+        self.config = dict(config, num_classes=int(max(self.train_labels.max(), self.test_labels.max()) + 1))
+        self.weight = config.get("reconstruction_weight", 0.0005)
 
-    train_images, train_labels = limited(*load_dataset(config["dataset"], "train", config.get("data_dir")),
-                                         config.get("limit_train"))
-    test_images, test_labels = limited(*load_dataset(config["dataset"], "test", config.get("data_dir")),
-                                       config.get("limit_test"))
-    config = dict(config, num_classes=int(max(train_labels.max(), test_labels.max()) + 1))
+        tc.manual_seed(config["seed"])
+        self.model = build_model(self.config, self.train_images.shape).to(device=device, dtype=config.get("dtype", "float32"))
+        self.model.device = device
+        self.optimizer = tc.optim.Adam(self.model.parameters(), lr=config["lr"])
+        self.scheduler = tc.optim.ExponentialLR(self.optimizer, gamma=config["lr_decay"])
+        self.loader = BatchIterator(self.train_images, self.train_labels, config["batch_size"], shuffle=True,
+                                    augment=config.get("augment"), seed=config["seed"])
+        self.state = {"epoch": 0, "step": 0, "sums": _zero_sums(), "best_accuracy": -1.0, "seconds": 0.0}
+        resuming = resume and self.last_path.exists()
+        if resuming:
+            self.restore(tc.load(self.last_path))
+        elif resume:
+            log(f"nothing to resume in {self.out_dir}; starting afresh")
+        self.last_path.parent.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "config.json").write_text(json.dumps(dict(self.config, version=tc.__version__), indent=2))
+        if not resuming:
+            (self.out_dir / "metrics.jsonl").write_text("")
 
-    tc.manual_seed(config["seed"])
-    model = build_model(config, train_images.shape).to(device=device, dtype=config.get("dtype", "float32"))
-    model.device = device
-    optimizer = tc.optim.Adam(model.parameters(), lr=config["lr"])
-    scheduler = tc.optim.ExponentialLR(optimizer, gamma=config["lr_decay"])
-    loader = BatchIterator(train_images, train_labels, config["batch_size"], shuffle=True, augment=config.get("augment"),
-                           seed=config["seed"])
-
-    state = {"epoch": 0, "step": 0, "sums": _zero_sums(), "best_accuracy": -1.0, "seconds": 0.0}
-    if resume and last_path.exists():
-        checkpoint = tc.load(last_path)
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
+    def restore(self, checkpoint):
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
         tc.random.set_rng_state(checkpoint["rng"])
-        state = checkpoint["progress"]
-        log(f"resuming {out_dir} at epoch {state['epoch'] + 1}, batch {state['step']}")
-    elif resume:
-        log(f"nothing to resume in {out_dir}; starting afresh")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints.mkdir(exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(dict(config, version=tc.__version__), indent=2, default=str))
-    if not (resume and last_path.exists()):
-        (out_dir / "metrics.jsonl").write_text("")
+        self.state = checkpoint["progress"]
+        self.log(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
 
-    def save(path):
-        tc.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "rng": tc.random.get_rng_state(), "progress": state, "config": config}, path)
+    def save(self, path):
+        tc.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "rng": tc.random.get_rng_state(), "progress": self.state,
+                 "config": self.config}, path)
 
-    history = []
-    weight = config.get("reconstruction_weight", 0.0005)
-    try:
-        while state["epoch"] < config["epochs"]:
-            loader.set_epoch(state["epoch"])
-            started = time.perf_counter()
-            bar = _progress(len(train_images), f"epoch {state['epoch'] + 1}/{config['epochs']}", show_progress)
-            if bar is not None:
-                bar.update(min(len(train_images), state["step"] * config["batch_size"]))
-            model.train()
-            for x, y in loader.batches(state["step"]):
-                loss, margin, recon, predicted = batch_losses(model, x, y, weight, train=True)
-                optimizer.zero_grad()
+    def run(self) -> list:
+        """Train until the configured epoch count; returns the metrics of the epochs run here."""
+        history = []
+        with _stop_at_batch_boundary() as stop:
+            try:
+                while self.state["epoch"] < self.config["epochs"]:
+                    self.train_epoch(stop)
+                    history.append(self.finish_epoch())
+            except KeyboardInterrupt:
+                self.save(self.last_path)
+                self.log(f"\ninterrupted: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
+                         f"{self.state['step']}); continue with --resume --out {self.out_dir}")
+                raise
+        return history
+
+    def train_epoch(self, stop):
+        """Train on the rest of the current epoch's batches, adding to the running sums."""
+        state, sums = self.state, self.state["sums"]
+        self.loader.set_epoch(state["epoch"])
+        started = time.perf_counter()
+        bar = _progress(len(self.train_images), f"epoch {state['epoch'] + 1}/{self.config['epochs']}", self.show_progress)
+        if bar is not None:
+            bar.update(min(len(self.train_images), state["step"] * self.config["batch_size"]))
+        self.model.train()
+        try:
+            for x, y in self.loader.batches(state["step"]):
+                loss, margin, recon, predicted = batch_losses(self.model, x, y, self.weight, train=True)
+                self.optimizer.zero_grad()
                 loss.backward()
-                optimizer.step()
-                sums = state["sums"]
+                self.optimizer.step()
                 sums["loss"] += loss.item() * len(y)
                 sums["margin_loss"] += float(tc.backend.to_numpy(margin.data).sum())
                 sums["reconstruction_loss"] += float(tc.backend.to_numpy(recon.data).sum())
                 sums["correct"] += int((predicted == y).sum())
                 sums["seen"] += len(y)
                 state["step"] += 1
-                if bar is not None:
+                if bar is not None:  # tqdm itself shows images/s
                     bar.update(len(y))
-                    elapsed = time.perf_counter() - started
-                    bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.4f}", acc=f"{sums['correct'] / sums['seen']:.3f}",
-                                    img_s=f"{bar.n / max(elapsed, 1e-9):.0f}")
+                    bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.4f}", acc=f"{sums['correct'] / sums['seen']:.3f}")
+                if stop["requested"]:
+                    raise KeyboardInterrupt
+        finally:
+            state["seconds"] += time.perf_counter() - started
             if bar is not None:
                 bar.close()
-            state["seconds"] += time.perf_counter() - started
-            test = evaluate(model, test_images, test_labels, config["batch_size"], config["num_classes"], weight)
-            sums = state["sums"]
-            record = {"epoch": state["epoch"] + 1, "train_loss": sums["loss"] / sums["seen"],
-                      "train_margin_loss": sums["margin_loss"] / sums["seen"],
-                      "train_reconstruction_loss": sums["reconstruction_loss"] / sums["seen"],
-                      "train_accuracy": sums["correct"] / sums["seen"], "test_loss": test["loss"],
-                      "test_margin_loss": test["margin_loss"], "test_reconstruction_loss": test["reconstruction_loss"],
-                      "test_accuracy": test["accuracy"], "lr": optimizer.lr, "seconds": state["seconds"]}
-            with open(out_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
-            history.append(record)
-            log(f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} acc {record['train_accuracy']:.4f} | "
-                f"test loss {record['test_loss']:.4f} acc {record['test_accuracy']:.4f} | {record['seconds']:.0f}s")
-            scheduler.step()
-            improved = test["accuracy"] > state["best_accuracy"]
-            state.update(epoch=state["epoch"] + 1, step=0, sums=_zero_sums(), seconds=0.0,
-                         best_accuracy=max(state["best_accuracy"], test["accuracy"]))
-            save(last_path)
-            if improved:
-                save(checkpoints / "best.npz")
-    except KeyboardInterrupt:
-        save(last_path)
-        log(f"\ninterrupted: saved {last_path} (epoch {state['epoch'] + 1}, batch {state['step']}); "
-            f"continue with --resume --out {out_dir}")
-        raise
-    return history
+
+    def finish_epoch(self) -> dict:
+        """Evaluate, append the epoch's line to metrics.jsonl, step the schedule, write checkpoints."""
+        state, sums = self.state, self.state["sums"]
+        test = evaluate(self.model, self.test_images, self.test_labels, self.config["batch_size"],
+                        self.config["num_classes"], self.weight)
+        record = {"epoch": state["epoch"] + 1, "train_loss": sums["loss"] / sums["seen"],
+                  "train_margin_loss": sums["margin_loss"] / sums["seen"],
+                  "train_reconstruction_loss": sums["reconstruction_loss"] / sums["seen"],
+                  "train_accuracy": sums["correct"] / sums["seen"], "test_loss": test["loss"],
+                  "test_margin_loss": test["margin_loss"], "test_reconstruction_loss": test["reconstruction_loss"],
+                  "test_accuracy": test["accuracy"], "lr": self.optimizer.lr, "seconds": state["seconds"]}
+        with open(self.out_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        self.log(f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} acc {record['train_accuracy']:.4f} | "
+                 f"test loss {record['test_loss']:.4f} acc {record['test_accuracy']:.4f} | {record['seconds']:.0f}s")
+        self.scheduler.step()
+        improved = test["accuracy"] > state["best_accuracy"]
+        state.update(epoch=state["epoch"] + 1, step=0, sums=_zero_sums(), seconds=0.0,
+                     best_accuracy=max(state["best_accuracy"], test["accuracy"]))
+        self.save(self.last_path)
+        if improved:
+            self.save(self.last_path.parent / "best.npz")
+        return record
+
+
+def train(config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print) -> list:
+    """Train a CapsNet as ``config`` says (the CLI's options); returns the per-epoch metrics.
+
+    Writes ``config.json``, appends one line per epoch to ``metrics.jsonl``, and keeps
+    ``checkpoints/last.npz`` (also on Ctrl-C, at the next batch boundary) and ``checkpoints/best.npz``.
+    """
+    return Trainer(config, out_dir, resume, show_progress, log).run()
+
+
+@contextlib.contextmanager
+def _stop_at_batch_boundary():
+    """Turn the first Ctrl-C into a request to stop after the current batch (a second one interrupts
+    at once). Yields a dict whose "requested" entry the training loop polls."""
+    flag = {"requested": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def request_stop(signum, frame):
+        if flag["requested"]:
+            raise KeyboardInterrupt
+        flag["requested"] = True
+
+    previous = signal.signal(signal.SIGINT, request_stop)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _zero_sums():

@@ -13,6 +13,7 @@ settings.register_profile("default", max_examples=12, deadline=None,
 settings.register_profile("long", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+os.environ["TINYGRAD_CAPS_OFFLINE"] = "1"  # tests never touch the network (subprocesses inherit this)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,6 +8,7 @@ Where the four files are looked for, in order:
     4. a download from the standard public mirrors into folder 2, each file checked against the
        SHA-256 of its decompressed content and written atomically.
 Offline with nothing found, the error names the four files and where to put them.
+``TINYGRAD_CAPS_OFFLINE=1`` turns downloads off.
 """
 from __future__ import annotations
 
@@ -185,12 +186,19 @@ def _missing_message(name: str, data_dir, reason: str) -> str:
             f"(or pass --data-dir){hint}")
 
 
-def load_dataset(name: str, split: str = "train", data_dir=None, download_missing: bool = True):
+def downloads_allowed() -> bool:
+    """False when ``$TINYGRAD_CAPS_OFFLINE`` is 1 (tests and offline machines set it)."""
+    return os.environ.get("TINYGRAD_CAPS_OFFLINE", "0") != "1"
+
+
+def load_dataset(name: str, split: str = "train", data_dir=None, download_missing: bool | None = None):
     """Images and labels of one split.
 
     Args:
         name: "mnist", "fashion-mnist", or any name whose four IDX files are in ``data_dir``.
         split: "train" or "test".
+        download_missing: fetch a known dataset that no folder holds (default: unless
+            ``$TINYGRAD_CAPS_OFFLINE=1``).
     Returns:
         (images, labels): uint8 (N, C, H, W) (C = 1 for 3-D IDX files) and int64 (N,).
     """
@@ -200,7 +208,7 @@ def load_dataset(name: str, split: str = "train", data_dir=None, download_missin
     if folder is None:
         if name not in KNOWN:
             raise DatasetError(_missing_message(name, data_dir, "not a known dataset, and no folder holds its files"))
-        if not download_missing:
+        if not (downloads_allowed() if download_missing is None else download_missing):
             raise DatasetError(_missing_message(name, data_dir, "downloads are off"))
         try:
             folder = download(name, cache_root() / name)
