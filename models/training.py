@@ -26,13 +26,11 @@ MODEL_OPTIONS = ("routing_iterations", "routing_gradient", "decoder", "conv1_cha
                  "primary_dim", "digit_dim", "kernel_size")
 
 
-def build_model(config: dict, images_shape) -> CapsNet:
-    """A CapsNet for images of ``images_shape`` (N, C, H, W) with the model options in ``config``."""
-    _, channels, height, width = images_shape
-    if height != width:
-        raise ValueError(f"CapsNet needs square images, got {height}x{width}")
+def build_model(config: dict) -> CapsNet:
+    """A CapsNet with the image geometry (in_channels, image_size, num_classes) and model options in ``config``."""
     kwargs = {k: config[k] for k in MODEL_OPTIONS if k in config}
-    return CapsNet(in_channels=channels, image_size=height, num_classes=config.get("num_classes", 10), **kwargs)
+    return CapsNet(in_channels=config["in_channels"], image_size=config["image_size"],
+                   num_classes=config["num_classes"], **kwargs)
 
 
 def limited(images, labels, limit):
@@ -89,11 +87,15 @@ class Trainer:
             *load_dataset(config["dataset"], "train", config.get("data_dir")), config.get("limit_train"))
         self.test_images, self.test_labels = limited(
             *load_dataset(config["dataset"], "test", config.get("data_dir")), config.get("limit_test"))
-        self.config = dict(config, num_classes=int(max(self.train_labels.max(), self.test_labels.max()) + 1))
+        _, channels, height, width = self.train_images.shape
+        if height != width:
+            raise ValueError(f"CapsNet needs square images, got {height}x{width}")
+        self.config = dict(config, in_channels=channels, image_size=height,
+                           num_classes=int(max(self.train_labels.max(), self.test_labels.max()) + 1))
         self.weight = config.get("reconstruction_weight", 0.0005)
 
         tc.manual_seed(config["seed"])
-        self.model = build_model(self.config, self.train_images.shape).to(device=device, dtype=config.get("dtype", "float32"))
+        self.model = build_model(self.config).to(device=device, dtype=config.get("dtype", "float32"))
         self.model.device = device
         self.optimizer = tc.optim.Adam(self.model.parameters(), lr=config["lr"])
         self.scheduler = tc.optim.ExponentialLR(self.optimizer, gamma=config["lr_decay"])
@@ -234,20 +236,16 @@ def load_checkpoint_model(path, overrides=None, device="auto"):
     if not isinstance(checkpoint, dict) or "model" not in checkpoint or "config" not in checkpoint:
         raise tc.CheckpointError(f"{path} is not a tinygrad-caps training checkpoint (no model or config)")
     config = dict(checkpoint["config"], **(overrides or {}))
-    channels, size = checkpoint["model"]["conv1.weight"].shape[1], config.get("image_size")
-    shape = (1, channels, size, size) if size else None
-    model = build_model(config, shape or _image_shape(config))
+    missing = [k for k in ("in_channels", "image_size", "num_classes") if k not in config]
+    if missing:
+        raise tc.CheckpointError(f"{path}: its config lacks {', '.join(missing)}; it was written by an older version")
+    model = build_model(config)
     model.to(dtype=checkpoint["model"]["conv1.weight"].dtype)
     model.load_state_dict(checkpoint["model"])
     device = tc.backend.normalize_device(device)
     model.to(device=device)
     model.device = device
     return model, config
-
-
-def _image_shape(config):
-    images, _ = load_dataset(config["dataset"], "test", config.get("data_dir"))
-    return images.shape
 
 
 def save_reconstructions(path, images, reconstructions, count=16):

@@ -326,8 +326,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     Returns:
         A tuple with one gradient Tensor (shape of that input) or None per input.
     """
-    single = isinstance(outputs, Tensor)
-    outputs = [outputs] if single else list(outputs)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if grad_outputs is None or isinstance(grad_outputs, Tensor):
         grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
