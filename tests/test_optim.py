@@ -111,3 +111,12 @@ def test_bad_optimizer_arguments():
         optim.SGD([], lr=0.1)
     with pytest.raises(ValueError, match="requires grad"):
         optim.Adam([tc.tensor(np.zeros(2))])
+
+
+def test_param_groups_view_reads_and_writes_hyperparameters():
+    p = tc.tensor(np.zeros(2), requires_grad=True)
+    opt = optim.Adam([p], lr=0.1)
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.1 and group["params"] == [p] and group["betas"] == (0.9, 0.999)
+    group["lr"] = 0.05
+    assert opt.lr == 0.05

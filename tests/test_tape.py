@@ -195,6 +195,7 @@ def test_gradient_penalty_backward_with_create_graph():
     assert w.grad is not None and np.all(np.isfinite(w.grad.numpy()))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
 def test_detect_anomaly_names_the_op_shapes_and_line_in_forward():
     x = tc.tensor(np.array([1.0, -1.0]), requires_grad=True)
     with tc.detect_anomaly():
@@ -204,6 +205,7 @@ def test_detect_anomaly_names_the_op_shapes_and_line_in_forward():
     assert "op Log" in message and "(2,)" in message and "test_tape.py" in message
 
 
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
 def test_detect_anomaly_catches_nan_in_backward():
     x = tc.tensor(np.array([0.0, 1.0]), requires_grad=True)
     with tc.detect_anomaly():

@@ -226,6 +226,16 @@ def load_dataset(name: str, split: str = "train", data_dir=None, download_missin
     return images, labels.astype(np.int64)
 
 
+def load_mnist(split: str = "train", data_dir=None, download_missing: bool | None = None):
+    """MNIST images (N, 1, 28, 28) uint8 and labels (N,) int64; see ``load_dataset``."""
+    return load_dataset("mnist", split, data_dir, download_missing)
+
+
+def load_fashion_mnist(split: str = "train", data_dir=None, download_missing: bool | None = None):
+    """Fashion-MNIST images (N, 1, 28, 28) uint8 and labels (N,) int64; see ``load_dataset``."""
+    return load_dataset("fashion-mnist", split, data_dir, download_missing)
+
+
 AUGMENTATIONS = (None, "none", "shift", "shift+flip")
 
 

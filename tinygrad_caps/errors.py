@@ -22,7 +22,7 @@ class AnomalyError(RuntimeError):
     """Raised under ``detect_anomaly()`` by the first op whose forward or backward output holds NaN or Inf."""
 
 
-class StateDictError(RuntimeError, KeyError):
+class StateDictError(RuntimeError, KeyError, ValueError):
     """``load_state_dict`` found missing, unexpected or mis-shaped keys; the message lists each one."""
 
     def __str__(self):  # KeyError would otherwise quote the message

@@ -169,17 +169,17 @@ def _check_conv_args(op, x, w, b, in_axis, stride, padding):
     return stride, padding
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
+def conv2d(x, w, b=None, stride=1, padding=0) -> Tensor:
     """2-D cross-correlation (PyTorch's conv2d) by im2col and one GEMM.
 
     Args:
-        x: (N, C, H, W). weight: (O, C, kh, kw). bias: (O,) or None.
+        x: (N, C, H, W). w: (O, C, kh, kw). b: (O,) or None.
         stride, padding: int or (h, w) pair; zero padding.
     Returns:
         (N, O, OH, OW) with OH = (H + 2*padding - kh) // stride + 1 (likewise OW).
     """
-    x, weight = as_tensor(x), as_tensor(weight)
-    bias = None if bias is None else as_tensor(bias)
+    x, weight = as_tensor(x), as_tensor(w)
+    bias = None if b is None else as_tensor(b)
     stride, padding = _check_conv_args("conv2d", x, weight, bias, 1, stride, padding)
     n, c, h, w = x.shape
     o, _, kh, kw = weight.shape
@@ -195,17 +195,17 @@ def conv2d(x, weight, bias=None, stride=1, padding=0) -> Tensor:
     return y
 
 
-def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0) -> Tensor:
+def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0) -> Tensor:
     """Transposed convolution (PyTorch's conv_transpose2d): the adjoint of conv2d in its input.
 
     Args:
-        x: (N, Cin, H, W). weight: (Cin, Cout, kh, kw). bias: (Cout,) or None.
+        x: (N, Cin, H, W). w: (Cin, Cout, kh, kw). b: (Cout,) or None.
         stride, padding, output_padding: int or (h, w) pair; output_padding < stride.
     Returns:
         (N, Cout, OH, OW) with OH = (H - 1)*stride - 2*padding + kh + output_padding.
     """
-    x, weight = as_tensor(x), as_tensor(weight)
-    bias = None if bias is None else as_tensor(bias)
+    x, weight = as_tensor(x), as_tensor(w)
+    bias = None if b is None else as_tensor(b)
     stride, padding = _check_conv_args("conv_transpose2d", x, weight, bias, 0, stride, padding)
     extra = _pair(output_padding, "output_padding")
     if extra[0] >= stride[0] or extra[1] >= stride[1] or min(extra) < 0:

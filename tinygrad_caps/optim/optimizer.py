@@ -33,6 +33,11 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}: invalid learning rate {self.lr}")
         self.state = [dict() for _ in self.params]
 
+    @property
+    def param_groups(self) -> list:
+        """PyTorch-style access: one group whose entries read and write this optimizer's hyperparameters."""
+        return [_ParamGroup(self)]
+
     def zero_grad(self) -> None:
         """Drop every parameter's gradient."""
         for p in self.params:
@@ -74,6 +79,28 @@ class Optimizer:
                     value = value.item()
                 restored[key] = value
             self.state[i] = restored
+
+
+class _ParamGroup:
+    """A view of an optimizer's hyperparameters as PyTorch's ``param_groups[0]`` dict."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    def __getitem__(self, key):
+        if key == "params":
+            return self._optimizer.params
+        if key not in self._optimizer.hyperparameters:
+            raise KeyError(key)
+        return getattr(self._optimizer, key)
+
+    def __setitem__(self, key, value):
+        if key not in self._optimizer.hyperparameters:
+            raise KeyError(key)
+        setattr(self._optimizer, key, value)
+
+    def keys(self):
+        return ("params",) + tuple(self._optimizer.hyperparameters)
 
 
 class SGD(Optimizer):
