@@ -75,6 +75,11 @@ class CapsNet(nn.Module):
         self.digit = DigitCaps(self.num_primary, primary_dim, num_classes, digit_dim, routing_iterations, routing_gradient)
         self.decoder = make_decoder(decoder, num_classes * digit_dim, in_channels, image_size)
 
+    @property
+    def device(self) -> str:
+        """The device the parameters live on ("cpu" or "cuda")."""
+        return self.digit.weight.device
+
     def forward(self, x, y=None, return_coupling=False):
         """Classify and reconstruct.
 

@@ -38,7 +38,10 @@ def limited(images, labels, limit):
 
 
 def batch_losses(model, x, y, reconstruction_weight, train: bool):
-    """(loss, margin, reconstruction, correct) for one batch; masks by label when training."""
+    """(mean loss, per-example margin and reconstruction losses, predicted classes) for one batch.
+
+    The decoder is masked by the labels when ``train``, by the prediction otherwise.
+    """
     v, lengths, reconstruction = model(tc.tensor(x, device=model.device), y if train else None)
     margin = margin_loss(lengths, y)
     recon = reconstruction_loss(reconstruction, tc.tensor(x, device=model.device))
@@ -96,7 +99,6 @@ class Trainer:
 
         tc.manual_seed(config["seed"])
         self.model = build_model(self.config).to(device=device, dtype=config.get("dtype", "float32"))
-        self.model.device = device
         self.optimizer = tc.optim.Adam(self.model.parameters(), lr=config["lr"])
         self.scheduler = tc.optim.ExponentialLR(self.optimizer, gamma=config["lr_decay"])
         self.loader = BatchIterator(self.train_images, self.train_labels, config["batch_size"], shuffle=True,
@@ -242,9 +244,7 @@ def load_checkpoint_model(path, overrides=None, device="auto"):
     model = build_model(config)
     model.to(dtype=checkpoint["model"]["conv1.weight"].dtype)
     model.load_state_dict(checkpoint["model"])
-    device = tc.backend.normalize_device(device)
-    model.to(device=device)
-    model.device = device
+    model.to(device=tc.backend.normalize_device(device))
     return model, config
 
 
