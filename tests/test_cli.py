@@ -141,3 +141,19 @@ def test_console_script_reports_errors_without_a_traceback(tmp_path):
                             input="")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "train-images-idx3-ubyte" in result.stderr
+
+
+def test_training_augments_training_batches_only(data_dir, tmp_path, monkeypatch):
+    from tinygrad_caps.models import training
+
+    made = []
+
+    class Recording(training.BatchIterator):
+        def __init__(self, images, labels, batch_size, **kwargs):
+            made.append((len(images), kwargs.get("augment")))
+            super().__init__(images, labels, batch_size, **kwargs)
+
+    monkeypatch.setattr(training, "BatchIterator", Recording)
+    assert train(data_dir, tmp_path / "run", "--epochs", "1", "--augment", "shift+flip") == 0
+    assert (40, "shift+flip") in made and (16, None) in made
+    assert all(augment is None for n, augment in made if n == 16)
