@@ -135,14 +135,14 @@ def gpu_sync(name):
         torch.cuda.synchronize()
 
 
-def time_pass(impl, fn, repeat, warmup):
-    """Seconds per call: CUDA events on the GPU, perf_counter on the CPU."""
+def time_pass(name, fn, repeat, warmup):
+    """Seconds per call of implementation ``name``: CUDA events on the GPU, perf_counter on the CPU."""
     for _ in range(warmup):
         fn()
-    gpu_sync(impl.name)
+    gpu_sync(name)
     samples = []
     for _ in range(repeat):
-        if impl.name in ("cupy", "raw"):
+        if name in ("cupy", "raw"):
             import cupy
 
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
@@ -151,7 +151,7 @@ def time_pass(impl, fn, repeat, warmup):
             stop.record()
             stop.synchronize()
             samples.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-        elif impl.name == "torch-cuda":
+        elif name == "torch-cuda":
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -246,7 +246,7 @@ def contraction_kernels(args, bandwidth, repeat):
     }
     out = {}
     for name, (fn, nbytes) in cases.items():
-        samples = time_pass(type("K", (), {"name": "raw"})(), fn, repeat, 3)
+        samples = time_pass("raw", fn, repeat, 3)
         seconds = statistics.median(samples)
         out[name] = {"seconds": seconds, "bytes": nbytes, "fraction_of_copy_bandwidth": nbytes / seconds / bandwidth}
     return out
@@ -315,7 +315,7 @@ def main():
         device = "cuda" if impl.device == "cuda" else "cpu"
         with impl:
             for pass_name, fn in (("forward", impl.forward), ("forward+backward", impl.forward_backward)):
-                samples = time_pass(impl, fn, args.repeat, args.warmup)
+                samples = time_pass(impl.name, fn, args.repeat, args.warmup)
                 median = statistics.median(samples)
                 nbytes = minimum_bytes(args, 4, pass_name != "forward")
                 rows.append({"impl": impl.name, "pass": pass_name, "median_s": median,

@@ -17,7 +17,7 @@ from tinygrad_caps.datasets import KNOWN, DatasetError, load_dataset
 
 from .decoders import DECODERS
 from .routing import GRADIENT_MODES
-from .training import evaluate, limited, load_checkpoint_model, save_reconstructions, train
+from .training import MODEL_OPTIONS, evaluate, limited, load_checkpoint_model, save_reconstructions, train
 
 
 def positive_int(text):
@@ -89,9 +89,7 @@ def run_train(args):
 
 
 def run_evaluate(args):
-    overrides = {k: v for k, v in vars(args).items()
-                 if k in ("routing_iterations", "routing_gradient", "decoder", "conv1_channels", "primary_types",
-                          "primary_dim", "digit_dim", "kernel_size") and v is not None}
+    overrides = {k: v for k, v in vars(args).items() if k in MODEL_OPTIONS and v is not None}
     model, config = load_checkpoint_model(args.checkpoint, overrides, args.device)
     dataset = args.dataset or config["dataset"]
     images, labels = limited(*load_dataset(dataset, "test", args.data_dir or config.get("data_dir")), args.limit_test)

@@ -11,7 +11,7 @@ from .. import backend
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
-from ._common import broadcast_to, normalize_axes, sum_to  # noqa: F401  (re-exported)
+from ._common import normalize_axes
 
 
 class Reshape(Function):
