@@ -4,6 +4,11 @@ from __future__ import annotations
 import statistics
 import time
 
+import tinygrad_caps
+
+# The benchmarks run with the allocator tuned, as the CLI trains (TINYGRAD_CAPS_MALLOC_TUNING=0: off).
+tinygrad_caps.tune_allocator()
+
 
 def time_call(fn, repeat: int = 5, warmup: int = 1, sync=None) -> dict:
     """Run ``fn`` ``warmup`` times, then ``repeat`` times; returns seconds as median/min/max/all."""

@@ -3,9 +3,12 @@
 (1) Python overhead per op node: a chain of small ops, forward and forward+backward.
 (2) conv2d forward+backward at CapsNet's PrimaryCaps shape (x (100,256,20,20), w (256,256,9,9),
     stride 2) and Conv1 shape (x (100,1,28,28), w (256,1,9,9)), in float32.
+(3) Gradient copies: how many gradient arrays backward had to copy in one CapsNet training step
+    because they were not its own (a view, read-only, or shared with another gradient), against
+    the number of gradients it handed out.
 
-Both implementations run in this process, so they share the allocator settings that importing
-tinygrad_caps applies (printed at the top).
+Both implementations run in this process, so they share the allocator settings that
+``tc.tune_allocator()`` applies (benchmarks/_timing.py calls it; printed at the top).
 
     python benchmarks/engine_overhead.py [--batch 100] [--repeat 5] [--chain 20000] [--json]
 """
@@ -55,6 +58,24 @@ def chain_overhead(length: int, repeat: int) -> dict:
 
     out["torch_us_per_op_forward_backward"] = time_call(torch_fb, repeat)["median"] / length * 1e6
     return out
+
+
+def gradient_copies(batch: int = 8) -> dict:
+    """Gradient arrays copied by one full CapsNet training step's backward, and gradients handed out."""
+    from tinygrad_caps import autograd
+    from tinygrad_caps.models import CapsNet, capsule_loss
+
+    tc.manual_seed(0)
+    model = CapsNet()
+    rng = np.random.default_rng(0)
+    x = tc.tensor(rng.random((batch, 1, 28, 28), dtype=np.float32))
+    y = rng.integers(0, 10, batch)
+    _, lengths, recon = model(x, y)
+    loss = capsule_loss(lengths, recon, x, y)
+    before = autograd.stats["grad_copies"]
+    loss.backward()
+    params = list(model.parameters())
+    return {"copies": autograd.stats["grad_copies"] - before, "gradients": sum(p.grad is not None for p in params)}
 
 
 def conv_case(name, x_shape, w_shape, stride, repeat) -> dict:
@@ -131,7 +152,7 @@ def main():
     results = {"info": info, "chain": chain_overhead(args.chain, args.repeat), "conv": [
         conv_case("PrimaryCaps", (args.batch, 256, 20, 20), (256, 256, 9, 9), 2, args.repeat),
         conv_case("Conv1", (args.batch, 1, 28, 28), (256, 1, 9, 9), 1, args.repeat),
-    ]}
+    ], "gradient_copies": gradient_copies()}
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -142,6 +163,8 @@ def main():
     if "torch_us_per_op_forward_backward" in c:
         line += f" (PyTorch {c['torch_us_per_op_forward_backward']:.2f})"
     print(line)
+    g = results["gradient_copies"]
+    print(f"CapsNet step: backward copied {g['copies']} of the {g['gradients']} parameter gradients it handed out")
     print(f"{'case':<12} {'GFLOP fwd':>9} {'ours fwd':>9} {'torch fwd':>9} {'ratio':>6} {'ours f+b':>9} "
           f"{'torch f+b':>9} {'ratio':>6}")
     for r in results["conv"]:

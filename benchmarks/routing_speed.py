@@ -1,18 +1,26 @@
 """Time CapsNet's DigitCaps: the prediction u_hat = W u plus r dynamic-routing iterations,
-forward and forward+backward (gradients of W and u), for every implementation on this machine:
+forward and forward+backward (gradients of W and u), for each implementation:
 
     numpy   the engine on the CPU
     cupy    the engine on the GPU with plain CuPy ops (kernels.use_raw_kernels(False))
-    raw     the engine on the GPU with our RawKernels
-    torch   the same math in PyTorch eager, on the CPU and (when present) on CUDA
+    raw     the engine on the GPU with our RawKernels (forward op by op, as with a gradient)
+    fused   forward only: the engine's prediction, then routing_forward's single kernel (no_grad)
+    torch   the same math in PyTorch eager: on CUDA where there is a GPU, else on the CPU
 
-All implementations are first checked against a float64 NumPy reference. GPU timings use CUDA
-events. For each pass the table gives the median and spread, peak device memory, the bytes the
-pass must move at least (u_hat is B*I*J*D values, read or written once per contraction), and the
-fraction of the memory bandwidth that a device-to-device copy reaches in this same run.
+On a GPU machine the default is the GPU implementations only (cupy raw fused torch); without
+one, numpy and torch. All are first checked against a float64 NumPy reference. GPU timings use
+CUDA events. Per pass: median and spread, the peak of live bytes in CuPy's memory pool (or
+PyTorch's allocator), the bytes the pass must move at least (u_hat is B*I*J*D values, read or
+written once per contraction), and the fraction of a device-to-device copy's bandwidth measured
+in this same run.
+
+On the GPU, every kernel is also timed alone: "kernel" is CUDA-event time of the launch only
+(inputs, outputs and the launch record prepared beforehand, many launches back to back), "op" the
+launcher call end to end (checks, allocation, launch); the bandwidth fraction is computed from the
+kernel time.
 
     python benchmarks/routing_speed.py [--batch 100] [--in-caps 1152] [--out-caps 10] [--dim 16]
-        [--in-dim 8] [--iterations 3] [--repeat 20] [--impl numpy cupy raw torch] [--json]
+        [--in-dim 8] [--iterations 3] [--repeat 20] [--impl cupy raw fused torch] [--json]
 """
 from __future__ import annotations
 
@@ -83,15 +91,21 @@ class EngineImpl:
 
     def forward(self):
         with tc.no_grad():
+            if self.name == "fused":
+                return F.routing_forward(F.capsule_predict(self.u, self.w), self.iterations)
             return engine_routing(self.u, self.w, self.iterations)
 
     def forward_backward(self):
+        if self.name == "fused":
+            return None  # forward only: the gradient of routing is always derived op by op
         self.u.grad = self.w.grad = None
         v = engine_routing(self.u, self.w, self.iterations)
         v.backward(self.g)
         return v
 
     def results(self):
+        if self.name == "fused":
+            return (self.forward().numpy(),)
         v = self.forward_backward()
         return v.numpy(), self.u.grad.numpy(), self.w.grad.numpy()
 
@@ -126,8 +140,10 @@ class TorchImpl:
 
 
 # ----- timing and memory -----
+GPU_ENGINE_IMPLS = ("cupy", "raw", "fused")
+
 def gpu_sync(name):
-    if name in ("cupy", "raw"):
+    if name in GPU_ENGINE_IMPLS:
         import cupy
 
         cupy.cuda.Device().synchronize()
@@ -142,7 +158,7 @@ def time_pass(name, fn, repeat, warmup):
     gpu_sync(name)
     samples = []
     for _ in range(repeat):
-        if name in ("cupy", "raw"):
+        if name in GPU_ENGINE_IMPLS:
             import cupy
 
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
@@ -166,18 +182,18 @@ def time_pass(name, fn, repeat, warmup):
 
 
 def peak_memory(impl, fn):
-    """Peak device bytes of one call (None on the CPU)."""
-    if impl.name in ("cupy", "raw"):
+    """Peak live device bytes during one call, above what was live before it (None on the CPU):
+    CuPy's memory pool through a MemoryHook, PyTorch's allocator statistics."""
+    if impl.name in GPU_ENGINE_IMPLS:
         import cupy
 
-        pool = cupy.get_default_memory_pool()
-        fn()
+        fn()  # warm: compile, cache
         cupy.cuda.Device().synchronize()
-        pool.free_all_blocks()
-        before = pool.total_bytes()
-        fn()
-        cupy.cuda.Device().synchronize()
-        return pool.total_bytes() - before
+        hook = PoolPeak()
+        with hook:
+            fn()
+            cupy.cuda.Device().synchronize()
+        return hook.peak
     if impl.name == "torch-cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -186,6 +202,31 @@ def peak_memory(impl, fn):
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
     return None
+
+
+def pool_peak_class():
+    """A cupy MemoryHook that follows live bytes of the memory pool and keeps their peak."""
+    import cupy
+
+    class _PoolPeak(cupy.cuda.MemoryHook):
+        name = "PoolPeak"
+
+        def __init__(self):
+            self.live = self.peak = 0
+
+        def malloc_postprocess(self, **info):
+            self.live += info["mem_size"]
+            self.peak = max(self.peak, self.live)
+
+        def free_postprocess(self, **info):
+            self.live -= info["mem_size"]
+
+    return _PoolPeak
+
+
+def PoolPeak():
+    """A fresh pool-peak hook (used as a context manager)."""
+    return pool_peak_class()()
 
 
 def minimum_bytes(args, itemsize, backward):
@@ -225,11 +266,44 @@ def copy_bandwidth(device):
     return 2 * src.nbytes * 5 / (time.perf_counter() - t0)
 
 
-def contraction_kernels(args, bandwidth, repeat):
-    """Each raw contraction alone on the GPU: seconds, bytes moved, fraction of copy bandwidth."""
+class RecordingRunner:
+    """Runs launches on the GPU and keeps their records, to replay the kernels alone."""
+
+    def __init__(self):
+        from tinygrad_caps.kernels.launch import run_on_gpu
+
+        self.run, self.records = run_on_gpu, []
+
+    def __call__(self, launch):
+        self.records.append(launch)
+        self.run(launch)
+
+
+def kernel_seconds(records, repeat):
+    """CUDA-event seconds per replay of ``records`` (back to back, so launch gaps hide behind work)."""
     import cupy
 
-    from tinygrad_caps.kernels import capsule, routing
+    from tinygrad_caps.kernels.launch import run_on_gpu
+
+    for _ in range(3):
+        for record in records:
+            run_on_gpu(record)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(repeat):
+        for record in records:
+            run_on_gpu(record)
+    stop.record()
+    stop.synchronize()
+    return cupy.cuda.get_elapsed_time(start, stop) / 1e3 / repeat
+
+
+def raw_kernels(args, bandwidth, repeat):
+    """Each kernel alone on the GPU: kernel-only and end-to-end op seconds, bytes it must move,
+    fraction of copy bandwidth (from the kernel time), at DigitCaps' and PrimaryCaps' sizes."""
+    import cupy
+
+    from tinygrad_caps.kernels import capsule, conv, routing
 
     u, w, _ = make_inputs(args)
     b, i, j, d = args.batch, args.in_caps, args.out_caps, args.dim
@@ -237,35 +311,52 @@ def contraction_kernels(args, bandwidth, repeat):
     u_hat = capsule.capsule_predict(u, w)
     c = cupy.full((b, i, j), 1.0 / j, cupy.float32)
     v = cupy.ones((b, j, d), cupy.float32)
+    x = cupy.asarray(np.random.default_rng(1).standard_normal((b, 256, 20, 20)), dtype=cupy.float32)
+    col = conv.im2col(x, (9, 9), (2, 2), (0, 0), False)
+    r = args.iterations
     cases = {
-        "capsule_predict": (lambda: capsule.capsule_predict(u, w), u.nbytes + w.nbytes + u_hat.nbytes),
-        "capsule_grad_u": (lambda: capsule.capsule_grad_u(u_hat, w), u_hat.nbytes + w.nbytes + u.nbytes),
-        "capsule_grad_w": (lambda: capsule.capsule_grad_w(u_hat, u), u_hat.nbytes + u.nbytes + w.nbytes),
-        "routing_weighted_sum": (lambda: routing.routing_weighted_sum(c, u_hat), u_hat.nbytes + c.nbytes + v.nbytes),
-        "routing_agreement": (lambda: routing.routing_agreement(u_hat, v), u_hat.nbytes + v.nbytes + c.nbytes),
+        "capsule_predict": (lambda run: capsule.capsule_predict(u, w, run), u.nbytes + w.nbytes + u_hat.nbytes),
+        "capsule_grad (u and W, one pass)": (lambda run: capsule.capsule_grad(u_hat, u, w, run),
+                                             u_hat.nbytes + 2 * (u.nbytes + w.nbytes)),
+        "capsule_grad_u": (lambda run: capsule.capsule_grad_u(u_hat, w, run), u_hat.nbytes + w.nbytes + u.nbytes),
+        "capsule_grad_w": (lambda run: capsule.capsule_grad_w(u_hat, u, run), u_hat.nbytes + u.nbytes + w.nbytes),
+        "routing_weighted_sum": (lambda run: routing.routing_weighted_sum(c, u_hat, run),
+                                 u_hat.nbytes + c.nbytes + v.nbytes),
+        "routing_agreement": (lambda run: routing.routing_agreement(u_hat, v, run), u_hat.nbytes + v.nbytes + c.nbytes),
+        f"routing_forward ({r} iterations)": (lambda run: routing.routing_forward(u_hat, r, runner=run),
+                                              (2 * r - 1) * u_hat.nbytes + 3 * c.nbytes + v.nbytes),
+        "im2col (PrimaryCaps)": (lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run), x.nbytes + col.nbytes),
+        "col2im (PrimaryCaps)": (lambda run: conv.col2im(col, x.shape, (9, 9), (2, 2), (0, 0), False, run),
+                                 x.nbytes + col.nbytes),
     }
     out = {}
-    for name, (fn, nbytes) in cases.items():
-        samples = time_pass("raw", fn, repeat, 3)
-        seconds = statistics.median(samples)
-        out[name] = {"seconds": seconds, "bytes": nbytes, "fraction_of_copy_bandwidth": nbytes / seconds / bandwidth}
+    for name, (call, nbytes) in cases.items():
+        recorder = RecordingRunner()
+        call(recorder)
+        kernel = kernel_seconds(recorder.records, repeat)
+        op = statistics.median(time_pass("raw", lambda: call(None), repeat, 3))
+        out[name] = {"kernel_seconds": kernel, "op_seconds": op, "bytes": nbytes, "launches": len(recorder.records),
+                     "fraction_of_copy_bandwidth": nbytes / kernel / bandwidth}
     return out
 
 
 def implementations(args, arrays):
+    """The implementations asked for; GPU ones need a GPU (asking for them without one is an error)."""
     wanted = set(args.impl)
+    gpu_wanted = wanted & {"cupy", "raw", "fused"}
+    if gpu_wanted and not tc.gpu_available():
+        raise SystemExit(f"--impl {' '.join(sorted(gpu_wanted))} needs a GPU, and none is usable here")
     found = []
     if "numpy" in wanted:
         found.append(EngineImpl("numpy", "cpu", True, args, arrays))
-    if tc.gpu_available():
-        if "cupy" in wanted:
-            found.append(EngineImpl("cupy", "cuda", False, args, arrays))
-        if "raw" in wanted:
-            found.append(EngineImpl("raw", "cuda", True, args, arrays))
-    if torch is not None and "torch" in wanted:
-        found.append(TorchImpl("torch-cpu", "cpu", args, arrays))
-        if torch.cuda.is_available():
-            found.append(TorchImpl("torch-cuda", "cuda", args, arrays))
+    for name, raw in (("cupy", False), ("raw", True), ("fused", True)):
+        if name in wanted:
+            found.append(EngineImpl(name, "cuda", raw, args, arrays))
+    if "torch" in wanted:
+        if torch is None:
+            raise SystemExit("--impl torch: PyTorch is not installed")
+        on_gpu = tc.gpu_available() and torch.cuda.is_available()
+        found.append(TorchImpl("torch-cuda" if on_gpu else "torch-cpu", "cuda" if on_gpu else "cpu", args, arrays))
     return found
 
 
@@ -294,9 +385,14 @@ def main():
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--impl", nargs="+", default=["numpy", "cupy", "raw", "torch"])
+    parser.add_argument("--impl", nargs="+", choices=["numpy", "cupy", "raw", "fused", "torch"], default=None,
+                        help="default: cupy raw fused torch with a GPU, numpy torch without")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.impl is None:
+        args.impl = ["cupy", "raw", "fused", "torch"] if tc.gpu_available() else ["numpy", "torch"]
+        if torch is None:
+            args.impl.remove("torch")
 
     arrays = make_inputs(args)
     impls = implementations(args, arrays)
@@ -309,12 +405,13 @@ def main():
     if tc.gpu_available():
         import cupy
 
-        info["gpu"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        info["gpu"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
     rows = []
     for impl in impls:
         device = "cuda" if impl.device == "cuda" else "cpu"
+        passes = [("forward", impl.forward)] + ([] if impl.name == "fused" else [("forward+backward", impl.forward_backward)])
         with impl:
-            for pass_name, fn in (("forward", impl.forward), ("forward+backward", impl.forward_backward)):
+            for pass_name, fn in passes:
                 samples = time_pass(impl.name, fn, args.repeat, args.warmup)
                 median = statistics.median(samples)
                 nbytes = minimum_bytes(args, 4, pass_name != "forward")
@@ -324,7 +421,7 @@ def main():
                              "max_rel_error": agreement[impl.name]})
     result = {"info": info, "copy_bandwidth_bytes_per_s": bandwidth, "rows": rows}
     if tc.gpu_available() and "raw" in args.impl:
-        result["raw_contractions"] = contraction_kernels(args, bandwidth["cuda"], args.repeat)
+        result["raw_kernels"] = raw_kernels(args, bandwidth["cuda"], args.repeat)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -338,12 +435,12 @@ def main():
               f"{peak:>9} {r['min_bytes'] / 1e6:>7.0f} {r['fraction_of_copy_bandwidth']:>9.1%} {r['max_rel_error']:>8.1e}")
     by = {(r["impl"], r["pass"]): r["median_s"] for r in rows}
     for pass_name in ("forward", "forward+backward"):
-        for a, b in (("raw", "cupy"), ("raw", "torch-cuda"), ("numpy", "torch-cpu")):
+        for a, b in (("raw", "cupy"), ("raw", "torch-cuda"), ("fused", "raw"), ("numpy", "torch-cpu")):
             if (a, pass_name) in by and (b, pass_name) in by:
                 print(f"ratio {a}/{b} {pass_name}: {by[(a, pass_name)] / by[(b, pass_name)]:.2f}")
-    for name, k in result.get("raw_contractions", {}).items():
-        print(f"kernel {name:<22} {k['seconds'] * 1e6:8.1f} us  {k['bytes'] / 1e6:7.1f} MB  "
-              f"{k['fraction_of_copy_bandwidth']:.0%} of copy bandwidth")
+    for name, k in result.get("raw_kernels", {}).items():
+        print(f"kernel {name:<34} kernel {k['kernel_seconds'] * 1e6:8.1f} us  op {k['op_seconds'] * 1e6:8.1f} us  "
+              f"{k['bytes'] / 1e6:7.1f} MB  {k['fraction_of_copy_bandwidth']:.0%} of copy bandwidth")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """One CapsNet training step (forward, backward, Adam) at the paper's sizes, ours against PyTorch
-eager on the same device in the same process (same allocator settings), with the ratio.
+eager on the same device in the same process (same allocator settings), with the ratio. On
+``--device cuda`` (or ``cuda:N``) PyTorch runs on that GPU with cuDNN, whose version is printed.
 
     python benchmarks/train_step.py [--batch 32 100] [--repeat 5] [--device cpu|cuda] [--json]
 """
@@ -67,22 +68,28 @@ def main():
     args = parser.parse_args()
     device = tc.backend.normalize_device(args.device)
     sync = None
-    if device == "cuda":
+    torch_device = "cpu"
+    if device.startswith("cuda"):
         import cupy
 
+        index = tc.backend.cuda_index(device)
+        cupy.cuda.Device(index).use()
         sync = cupy.cuda.Device().synchronize
+        torch_device = f"cuda:{index}"
+        if torch is not None and not torch.cuda.is_available():
+            raise SystemExit("train_step.py --device cuda compares with PyTorch on CUDA, but this PyTorch has no CUDA")
     rows = []
     for batch in args.batch:
         model, step, x, y = ours_step(batch, device)
         first_ours = step().item()
         row = {"batch": batch, "ours_s": time_call(step, args.repeat, sync=sync)["median"]}
-        if torch is not None and (device == "cpu" or torch.cuda.is_available()):
+        if torch is not None:
             _, _, fresh_x, fresh_y = ours_step(batch, "cpu")
             tc.manual_seed(0)
             state = {k: tc.backend.to_numpy(v) for k, v in CapsNet().state_dict().items()}
-            tstep = torch_step(batch, device, state, fresh_x, fresh_y)
+            tstep = torch_step(batch, torch_device, state, fresh_x, fresh_y)
             first_torch = tstep().item()
-            torch_sync = torch.cuda.synchronize if device == "cuda" else None
+            torch_sync = torch.cuda.synchronize if torch_device != "cpu" else None
             row["torch_s"] = time_call(tstep, args.repeat, sync=torch_sync)["median"]
             row["ratio"] = row["ours_s"] / row["torch_s"]
             row["first_loss_ours"], row["first_loss_torch"] = first_ours, first_torch
@@ -90,6 +97,9 @@ def main():
     info = {"device": device, "machine": platform.processor() or platform.machine(), "allocator": describe_allocator(),
             "torch": getattr(torch, "__version__", None),
             "torch_threads": torch.get_num_threads() if torch is not None else None}
+    if device.startswith("cuda"):
+        info["gpu"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+        info["cudnn"] = torch.backends.cudnn.version() if torch is not None and torch.backends.cudnn.is_available() else None
     if args.json:
         print(json.dumps({"info": info, "rows": rows}, indent=2))
         return

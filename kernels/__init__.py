@@ -1,11 +1,14 @@
 """CUDA kernels (CuPy RawKernels) and their launchers; installed as ``tinygrad_caps.kernels``.
 
 Deals in arrays only and imports nothing of the engine. Each ``.cu`` file here compiles with
-NVRTC (``compile_check``) and runs on the CPU through the emulation harness (``emulation``).
+NVRTC under CuPy's own options (``compile_check``), runs on the CPU through the emulation
+harness (``emulation``), and on a GPU against NumPy (``selftest``).
 
-    im2col.cu   im2col, col2im                          (launchers in conv.py)
-    capsule.cu  capsule_predict, capsule_grad_u/_w      (capsule.py)
-    routing.cu  routing_weighted_sum, routing_agreement (routing.py)
+    im2col.cu   im2col, col2im (32- and 64-bit index variants)              (launchers in conv.py)
+    capsule.cu  capsule_predict, capsule_grad (both adjoints in one pass),
+                capsule_grad_u, capsule_grad_w                               (capsule.py)
+    routing.cu  routing_weighted_sum (two passes), routing_agreement,
+                routing_forward (every routing iteration, forward only)      (routing.py)
 """
 from .launch import raw_kernels_enabled, use_raw_kernels
 

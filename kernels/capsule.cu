@@ -1,28 +1,129 @@
-// Capsule prediction (DigitCaps) and its two adjoints (launcher: capsule.py).
+// Capsule prediction (DigitCaps) and its adjoints (launcher: capsule.py).
 //
-//   predict: u_hat[b,i,j,d] = sum_k W[i,j,d,k] u[b,i,k]      W (I,J,D,K), u (B,I,K)
-//   grad_u:  grad_u[b,i,k]  = sum_{j,d} W[i,j,d,k] g[b,i,j,d]
-//   grad_w:  grad_W[i,j,d,k] = sum_b g[b,i,j,d] u[b,i,k]      (a fixed-order loop over b: deterministic)
+//   predict: u_hat[b,i,j,d]  = sum_k W[i,j,d,k] u[b,i,k]      W (I,J,D,K), u (B,I,K)
+//   grad:    grad_u[b,i,k]   = sum_{j,d} W[i,j,d,k] g[b,i,j,d] and
+//            grad_W[i,j,d,k] = sum_b g[b,i,j,d] u[b,i,k]      in one pass over g
+//   grad_u, grad_w: each alone (for the higher-order graph, where only one is needed)
 //
-// One output element per grid-stride step. In predict, neighbouring threads read neighbouring
-// K-long rows of W, so a warp reads one contiguous stretch; u[b,i,:] is shared through the cache.
+// predict and grad: one block per input capsule i (a grid-stride loop over i). The block copies
+// W[i] into dynamic shared memory transposed to (K, J*D), so that thread q reading the VEC
+// neighbouring (j,d) columns q*VEC.. of row k touches consecutive banks. With JD = J*D a
+// multiple of VEC (4 floats or 2 doubles) predict writes each u_hat row with float4/double2
+// stores; otherwise it takes the scalar path (vec = 1).
+// grad: the block walks b in chunks of one row per warp: it stages g[b,i,:] and u[b,i,:] in
+// shared memory; warp w reduces grad_u[b_w,i,:] with shuffles; then each thread adds the chunk,
+// in increasing b, to the grad_W[i] entries it owns (kept in shared memory). Every sum runs in a
+// fixed order, so results are deterministic.
+
+#ifndef EMULATED_DYNAMIC_SHARED_MEMORY
+// The launch's dynamic shared memory (the CPU emulation supplies its own).
+__device__ __forceinline__ void* dynamic_shared_memory()
+{
+    extern __shared__ __align__(16) unsigned char dynamic_shared_bytes[];
+    return dynamic_shared_bytes;
+}
+#endif
+
+namespace capsule_kernels {
+
+template <typename T> struct Vec;
+template <> struct Vec<float> { typedef float4 type; static constexpr int width = 4; };
+template <> struct Vec<double> { typedef double2 type; static constexpr int width = 2; };
+
+__device__ __forceinline__ void add_scaled(float4& acc, const float4& w, float x)
+{
+    acc.x += w.x * x; acc.y += w.y * x; acc.z += w.z * x; acc.w += w.w * x;
+}
+
+__device__ __forceinline__ void add_scaled(double2& acc, const double2& w, double x)
+{
+    acc.x += w.x * x; acc.y += w.y * x;
+}
+
+// W[i] (JD rows of K) -> shared (K rows of JD).
+template <typename T>
+__device__ void load_transposed(const T* __restrict__ w_i, T* __restrict__ w_s, int jd_count, int K)
+{
+    for (int e = threadIdx.x; e < jd_count * K; e += blockDim.x) w_s[(e % K) * jd_count + e / K] = w_i[e];
+}
 
 template <typename T>
 __device__ void capsule_predict_impl(const T* __restrict__ u, const T* __restrict__ W, T* __restrict__ u_hat,
-                                     int B, int I, int J, int D, int K)
+                                     int B, int I, int J, int D, int K, int vec)
 {
-    const long long jd_count = (long long)J * D;
-    const long long total = (long long)B * I * jd_count;
-    const long long step = (long long)blockDim.x * gridDim.x;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += step) {
-        const long long jd = idx % jd_count;
-        const long long bi = idx / jd_count;
-        const long long i = bi % I;
-        const T* w_row = W + (i * jd_count + jd) * K;
-        const T* u_row = u + bi * K;
-        T acc = T(0);
-        for (int k = 0; k < K; ++k) acc += w_row[k] * u_row[k];
-        u_hat[idx] = acc;
+    typedef typename Vec<T>::type V;
+    constexpr int width = Vec<T>::width;
+    T* w_s = (T*)dynamic_shared_memory();
+    const int jd_count = J * D;
+    for (int i = blockIdx.x; i < I; i += gridDim.x) {
+        __syncthreads();  // the previous i's readers are done with w_s
+        load_transposed(W + (long long)i * jd_count * K, w_s, jd_count, K);
+        __syncthreads();
+        if (vec) {
+            const int quads = jd_count / width;
+            for (int t = threadIdx.x; t < B * quads; t += blockDim.x) {
+                const int b = t / quads, q = t - b * quads;
+                const T* u_row = u + ((long long)b * I + i) * K;
+                V acc = {};
+                for (int k = 0; k < K; ++k) add_scaled(acc, ((const V*)(w_s + k * jd_count))[q], u_row[k]);
+                ((V*)(u_hat + ((long long)b * I + i) * jd_count))[q] = acc;
+            }
+        } else {
+            for (int t = threadIdx.x; t < B * jd_count; t += blockDim.x) {
+                const int b = t / jd_count, jd = t - b * jd_count;
+                const T* u_row = u + ((long long)b * I + i) * K;
+                T acc = T(0);
+                for (int k = 0; k < K; ++k) acc += w_s[k * jd_count + jd] * u_row[k];
+                u_hat[((long long)b * I + i) * jd_count + jd] = acc;
+            }
+        }
+    }
+}
+
+template <typename T>
+__device__ void capsule_grad_impl(const T* __restrict__ g, const T* __restrict__ u, const T* __restrict__ W,
+                                  T* __restrict__ grad_u, T* __restrict__ grad_w, int B, int I, int J, int D, int K)
+{
+    const int jd_count = J * D, jdk = jd_count * K;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    T* w_s = (T*)dynamic_shared_memory();  // (K, JD)
+    T* gw_s = w_s + jdk;                   // (JD, K): this block's grad_W[i]
+    T* g_s = gw_s + jdk;                   // (warps, JD): g rows of the current chunk
+    T* u_s = g_s + warps * jd_count;       // (warps, K)
+    for (int i = blockIdx.x; i < I; i += gridDim.x) {
+        __syncthreads();
+        load_transposed(W + (long long)i * jdk, w_s, jd_count, K);
+        for (int e = threadIdx.x; e < jdk; e += blockDim.x) gw_s[e] = T(0);
+        for (int b0 = 0; b0 < B; b0 += warps) {
+            const int rows = min(warps, B - b0);
+            __syncthreads();  // w_s and gw_s are set; the previous chunk's readers are done
+            for (int e = threadIdx.x; e < rows * jd_count; e += blockDim.x) {
+                const int r = e / jd_count;
+                g_s[e] = g[((long long)(b0 + r) * I + i) * jd_count + (e - r * jd_count)];
+            }
+            for (int e = threadIdx.x; e < rows * K; e += blockDim.x) {
+                const int r = e / K;
+                u_s[e] = u[((long long)(b0 + r) * I + i) * K + (e - r * K)];
+            }
+            __syncthreads();
+            if (warp < rows) {  // grad_u[b0 + warp, i, :]: every lane of the warp takes part
+                const T* g_row = g_s + warp * jd_count;
+                for (int k = 0; k < K; ++k) {
+                    T part = T(0);
+                    for (int jd = lane; jd < jd_count; jd += 32) part += w_s[k * jd_count + jd] * g_row[jd];
+                    for (int offset = 16; offset > 0; offset /= 2) part += __shfl_xor_sync(0xffffffffu, part, offset);
+                    if (lane == 0) grad_u[((long long)(b0 + warp) * I + i) * K + k] = part;
+                }
+            }
+            for (int e = threadIdx.x; e < jdk; e += blockDim.x) {
+                const int jd = e / K, k = e - jd * K;
+                T acc = gw_s[e];
+                for (int r = 0; r < rows; ++r) acc += g_s[r * jd_count + jd] * u_s[r * K + k];
+                gw_s[e] = acc;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < jdk; e += blockDim.x) grad_w[(long long)i * jdk + e] = gw_s[e];
     }
 }
 
@@ -65,32 +166,44 @@ __device__ void capsule_grad_w_impl(const T* __restrict__ g, const T* __restrict
     }
 }
 
-extern "C" __global__ void capsule_predict_f32(const float* __restrict__ u, const float* __restrict__ W, float* __restrict__ u_hat, int B, int I, int J, int D, int K)
+}  // namespace capsule_kernels
+
+extern "C" __global__ void capsule_predict_f32(const float* __restrict__ u, const float* __restrict__ W, float* __restrict__ u_hat, int B, int I, int J, int D, int K, int vec)
 {
-    capsule_predict_impl<float>(u, W, u_hat, B, I, J, D, K);
+    capsule_kernels::capsule_predict_impl<float>(u, W, u_hat, B, I, J, D, K, vec);
 }
 
-extern "C" __global__ void capsule_predict_f64(const double* __restrict__ u, const double* __restrict__ W, double* __restrict__ u_hat, int B, int I, int J, int D, int K)
+extern "C" __global__ void capsule_predict_f64(const double* __restrict__ u, const double* __restrict__ W, double* __restrict__ u_hat, int B, int I, int J, int D, int K, int vec)
 {
-    capsule_predict_impl<double>(u, W, u_hat, B, I, J, D, K);
+    capsule_kernels::capsule_predict_impl<double>(u, W, u_hat, B, I, J, D, K, vec);
+}
+
+extern "C" __global__ void capsule_grad_f32(const float* __restrict__ g, const float* __restrict__ u, const float* __restrict__ W, float* __restrict__ grad_u, float* __restrict__ grad_w, int B, int I, int J, int D, int K)
+{
+    capsule_kernels::capsule_grad_impl<float>(g, u, W, grad_u, grad_w, B, I, J, D, K);
+}
+
+extern "C" __global__ void capsule_grad_f64(const double* __restrict__ g, const double* __restrict__ u, const double* __restrict__ W, double* __restrict__ grad_u, double* __restrict__ grad_w, int B, int I, int J, int D, int K)
+{
+    capsule_kernels::capsule_grad_impl<double>(g, u, W, grad_u, grad_w, B, I, J, D, K);
 }
 
 extern "C" __global__ void capsule_grad_u_f32(const float* __restrict__ g, const float* __restrict__ W, float* __restrict__ grad_u, int B, int I, int J, int D, int K)
 {
-    capsule_grad_u_impl<float>(g, W, grad_u, B, I, J, D, K);
+    capsule_kernels::capsule_grad_u_impl<float>(g, W, grad_u, B, I, J, D, K);
 }
 
 extern "C" __global__ void capsule_grad_u_f64(const double* __restrict__ g, const double* __restrict__ W, double* __restrict__ grad_u, int B, int I, int J, int D, int K)
 {
-    capsule_grad_u_impl<double>(g, W, grad_u, B, I, J, D, K);
+    capsule_kernels::capsule_grad_u_impl<double>(g, W, grad_u, B, I, J, D, K);
 }
 
 extern "C" __global__ void capsule_grad_w_f32(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ grad_w, int B, int I, int J, int D, int K)
 {
-    capsule_grad_w_impl<float>(g, u, grad_w, B, I, J, D, K);
+    capsule_kernels::capsule_grad_w_impl<float>(g, u, grad_w, B, I, J, D, K);
 }
 
 extern "C" __global__ void capsule_grad_w_f64(const double* __restrict__ g, const double* __restrict__ u, double* __restrict__ grad_w, int B, int I, int J, int D, int K)
 {
-    capsule_grad_w_impl<double>(g, u, grad_w, B, I, J, D, K);
+    capsule_kernels::capsule_grad_w_impl<double>(g, u, grad_w, B, I, J, D, K);
 }

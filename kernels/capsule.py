@@ -1,11 +1,16 @@
-"""Launchers for capsule.py's kernels: the DigitCaps prediction u_hat = W u and its two adjoints.
+"""Launchers for capsule.cu: the DigitCaps prediction u_hat = W u and its adjoints.
 
 Shapes: W (I, J, D, K), u (B, I, K), u_hat and its gradient g (B, I, J, D).
 """
 from __future__ import annotations
 
-from .launch import DEFAULT_THREADS, KernelLaunch, check_int32, default_runner, empty_like_output, grid_for, i32, \
-    prepare, suffix
+import numpy as np
+
+from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, block_limit, check_int32, default_runner, \
+    empty_like_output, grid_for, i32, prepare, suffix
+
+VECTOR_BYTES = 16  # float4 / double2
+GRAD_THREADS = 256  # capsule_grad's default: 8 warps, so 8 rows of g staged per chunk
 
 
 def _sizes(op, u_shape, w_shape):
@@ -13,42 +18,90 @@ def _sizes(op, u_shape, w_shape):
     wi, j, d, wk = w_shape
     if (wi, wk) != (i, k):
         raise ValueError(f"{op}: u of shape {tuple(u_shape)} (B, I, K) does not fit W of shape {tuple(w_shape)} (I, J, D, K)")
-    check_int32(op, B=b, I=i, J=j, D=d, K=k)
+    check_int32(op, B=b, I=i, J=j, D=d, K=k, BJDK=b * j * d * k)
     return b, i, j, d, k
 
 
-def _run(op, source_kernel, inputs, out_shape, sizes, runner, threads):
-    xp, arrays = inputs
-    out = empty_like_output(xp, out_shape, arrays[0].dtype)
-    launch = KernelLaunch("capsule.cu", f"{source_kernel}_{suffix(out.dtype)}", grid_for(out.size, threads),
-                          (threads,), tuple(arrays) + (out,) + i32(*sizes), outputs=(len(arrays),))
-    (runner or default_runner(arrays))(launch)
-    return out
+def aligned(array) -> bool:
+    """Whether ``array``'s data starts on a 16-byte boundary (vector loads and stores need it)."""
+    pointer = array.data.ptr if hasattr(array.data, "ptr") else array.ctypes.data
+    return pointer % VECTOR_BYTES == 0
+
+
+def _shared_bytes(op, count, dtype):
+    size = count * np.dtype(dtype).itemsize
+    if size > MAX_SHARED_BYTES:
+        raise ValueError(f"{op}: needs {size} bytes of shared memory for W[i] (J*D*K = {count}); "
+                         f"the kernels allow {MAX_SHARED_BYTES}")
+    return size
 
 
 def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS):
-    """u_hat[b,i,j,d] = sum_k W[i,j,d,k] u[b,i,k]: u (B,I,K), W (I,J,D,K) -> (B,I,J,D)."""
-    prepared = prepare("capsule_predict", {"u": u, "W": W}, {"u": 3, "W": 4})
-    b, i, j, d, k = sizes = _sizes("capsule_predict", prepared[1][0].shape, prepared[1][1].shape)
-    return _run("capsule_predict", "capsule_predict", prepared, (b, i, j, d), sizes, runner, threads)
+    """u_hat[b,i,j,d] = sum_k W[i,j,d,k] u[b,i,k]: u (B,I,K), W (I,J,D,K) -> (B,I,J,D).
+
+    One block per input capsule with W[i] in shared memory; vector stores when J*D allows."""
+    xp, (u, W) = prepare("capsule_predict", {"u": u, "W": W}, {"u": 3, "W": 4})
+    b, i, j, d, k = _sizes("capsule_predict", u.shape, W.shape)
+    out = empty_like_output(xp, (b, i, j, d), u.dtype, like=u)
+    if out.size == 0:
+        return out.reshape(b, i, j, d)
+    runner = runner or default_runner([u])
+    vec = int((j * d) % (VECTOR_BYTES // u.itemsize) == 0 and aligned(out))
+    shared = _shared_bytes("capsule_predict", j * d * k, u.dtype)
+    runner(KernelLaunch("capsule.cu", f"capsule_predict_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
+                        (u, W, out) + i32(b, i, j, d, k, vec), outputs=(2,), shared_mem=shared))
+    return out
+
+
+def capsule_grad(g, u, W, runner=None, threads: int = GRAD_THREADS):
+    """Both adjoints of the prediction in one pass over g: (grad_u (B,I,K), grad_W (I,J,D,K)).
+
+    g (B,I,J,D), u (B,I,K), W (I,J,D,K). One block per input capsule, W[i] and its gradient in
+    shared memory, a fixed-order loop over b: deterministic."""
+    xp, (g, u, W) = prepare("capsule_grad", {"g": g, "u": u, "W": W}, {"g": 4, "u": 3, "W": 4})
+    b, i, j, d, k = _sizes("capsule_grad", u.shape, W.shape)
+    if g.shape != (b, i, j, d):
+        raise ValueError(f"capsule_grad: g of shape {tuple(g.shape)} does not fit u {tuple(u.shape)} and W {tuple(W.shape)}")
+    grad_u = empty_like_output(xp, u.shape, u.dtype, like=u)
+    grad_w = empty_like_output(xp, W.shape, u.dtype, like=u)
+    if grad_w.size == 0 or b == 0:
+        grad_u[...] = 0
+        grad_w[...] = 0
+        return grad_u, grad_w
+    if threads % 32:
+        raise ValueError(f"capsule_grad: threads must be a multiple of 32 (whole warps), got {threads}")
+    runner = runner or default_runner([g])
+    warps = threads // 32
+    shared = _shared_bytes("capsule_grad", 2 * j * d * k + warps * (j * d + k), u.dtype)
+    runner(KernelLaunch("capsule.cu", f"capsule_grad_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
+                        (g, u, W, grad_u, grad_w) + i32(b, i, j, d, k), outputs=(3, 4), shared_mem=shared))
+    return grad_u, grad_w
 
 
 def capsule_grad_u(g, W, runner=None, threads: int = DEFAULT_THREADS):
     """grad_u[b,i,k] = sum_{j,d} W[i,j,d,k] g[b,i,j,d]: g (B,I,J,D), W (I,J,D,K) -> (B,I,K)."""
-    prepared = prepare("capsule_grad_u", {"g": g, "W": W}, {"g": 4, "W": 4})
-    g, W = prepared[1]
+    xp, (g, W) = prepare("capsule_grad_u", {"g": g, "W": W}, {"g": 4, "W": 4})
     if g.shape[1:] != W.shape[:3]:
         raise ValueError(f"capsule_grad_u: g of shape {tuple(g.shape)} does not fit W of shape {tuple(W.shape)}")
     b, i, j, d, k = sizes = _sizes("capsule_grad_u", (g.shape[0], W.shape[0], W.shape[3]), W.shape)
-    return _run("capsule_grad_u", "capsule_grad_u", prepared, (b, i, k), sizes, runner, threads)
+    out = empty_like_output(xp, (b, i, k), g.dtype, like=g)
+    if out.size:
+        runner = runner or default_runner([g])
+        runner(KernelLaunch("capsule.cu", f"capsule_grad_u_{suffix(g.dtype)}", grid_for(out.size, threads, runner),
+                            (threads,), (g, W, out) + i32(*sizes), outputs=(2,)))
+    return out
 
 
 def capsule_grad_w(g, u, runner=None, threads: int = DEFAULT_THREADS):
     """grad_W[i,j,d,k] = sum_b g[b,i,j,d] u[b,i,k]: g (B,I,J,D), u (B,I,K) -> (I,J,D,K), deterministic."""
-    prepared = prepare("capsule_grad_w", {"g": g, "u": u}, {"g": 4, "u": 3})
-    g, u = prepared[1]
+    xp, (g, u) = prepare("capsule_grad_w", {"g": g, "u": u}, {"g": 4, "u": 3})
     if g.shape[:2] != u.shape[:2]:
         raise ValueError(f"capsule_grad_w: g of shape {tuple(g.shape)} does not fit u of shape {tuple(u.shape)}")
     b, i, j, d = g.shape
     sizes = _sizes("capsule_grad_w", u.shape, (i, j, d, u.shape[2]))
-    return _run("capsule_grad_w", "capsule_grad_w", prepared, (i, j, d, u.shape[2]), sizes, runner, threads)
+    out = empty_like_output(xp, (i, j, d, u.shape[2]), g.dtype, like=g)
+    if out.size:
+        runner = runner or default_runner([g])
+        runner(KernelLaunch("capsule.cu", f"capsule_grad_w_{suffix(g.dtype)}", grid_for(out.size, threads, runner),
+                            (threads,), (g, u, out) + i32(*sizes), outputs=(2,)))
+    return out

@@ -1,8 +1,10 @@
 """Launchers for im2col.cu: ``im2col`` and ``col2im`` on NCHW float32/float64 arrays."""
 from __future__ import annotations
 
-from .launch import DEFAULT_THREADS, KernelLaunch, check_int32, default_runner, empty_like_output, grid_for, i32, \
+from .launch import DEFAULT_THREADS, MAX_BLOCKS, MAX_THREADS_PER_BLOCK, KernelLaunch, check_int32, default_runner, empty_like_output, grid_for, i32, \
     prepare, suffix
+
+INT32_LIMIT = 2 ** 31
 
 
 def _output_size(size, kernel, stride, padding):
@@ -21,25 +23,42 @@ def _geometry(op, image_shape, kernel, stride, padding):
     return n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow
 
 
-def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: int = DEFAULT_THREADS):
+def _kernel_name(op, dtype, sizes, index_bits):
+    """``op_f32`` (64-bit indices) or ``op_i32_f32`` when every index and the grid-stride overshoot fit 32 bits."""
+    if index_bits not in (None, 32, 64):
+        raise ValueError(f"{op}: index_bits must be None, 32 or 64, got {index_bits}")
+    fits = max(sizes) + MAX_BLOCKS * MAX_THREADS_PER_BLOCK < INT32_LIMIT  # idx + one grid stride stays below 2^31
+    if index_bits == 32 and not fits:
+        raise ValueError(f"{op}: sizes {sizes} need 64-bit indices")
+    use_32 = fits if index_bits is None else index_bits == 32
+    return f"{op}_i32_{suffix(dtype)}" if use_32 else f"{op}_{suffix(dtype)}"
+
+
+def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: int = DEFAULT_THREADS,
+           index_bits: int | None = None):
     """x (N, C, H, W) -> col (C*kh*kw, N*OH*OW); columns (oy, ox, n) if ``batch_last`` else (n, oy, ox).
 
-    ``kernel``, ``stride`` and ``padding`` are (h, w) pairs. Returns the new array.
+    ``kernel``, ``stride`` and ``padding`` are (h, w) pairs; ``index_bits`` forces 32- or 64-bit
+    index math (None: 32 where the sizes allow). Returns the new array.
     """
     xp, (x,) = prepare("im2col", {"x": x}, {"x": 4})
     geometry = _geometry("im2col", x.shape, kernel, stride, padding)
     n, c, _, _, kh, kw, _, _, _, _, oh, ow = geometry
-    col = empty_like_output(xp, (c * kh * kw, n * oh * ow), x.dtype)
-    launch = KernelLaunch("im2col.cu", f"im2col_{suffix(x.dtype)}", grid_for(col.size, threads), (threads,),
-                          (x, col) + i32(*geometry, int(batch_last)), outputs=(1,))
-    (runner or default_runner([x]))(launch)
+    col = empty_like_output(xp, (c * kh * kw, n * oh * ow), x.dtype, like=x)
+    if col.size:
+        runner = runner or default_runner([x])
+        name = _kernel_name("im2col", x.dtype, (col.size, x.size), index_bits)
+        runner(KernelLaunch("im2col.cu", name, grid_for(col.size, threads, runner), (threads,),
+                            (x, col) + i32(*geometry, int(batch_last)), outputs=(1,)))
     return col
 
 
-def col2im(col, image_shape, kernel, stride, padding, batch_last: bool, runner=None, threads: int = DEFAULT_THREADS):
+def col2im(col, image_shape, kernel, stride, padding, batch_last: bool, runner=None, threads: int = DEFAULT_THREADS,
+           index_bits: int | None = None):
     """col (C*kh*kw, N*OH*OW) -> image (N, C, H, W): the adjoint of ``im2col``, summing overlaps.
 
-    Gathers per output pixel in a fixed order: deterministic, no atomics. Returns the new array.
+    Gathers per output pixel over exactly the kernel offsets that reach it, in a fixed order:
+    deterministic, no atomics. Returns the new array.
     """
     xp, (col,) = prepare("col2im", {"col": col}, {"col": 2})
     geometry = _geometry("col2im", tuple(image_shape), kernel, stride, padding)
@@ -47,8 +66,10 @@ def col2im(col, image_shape, kernel, stride, padding, batch_last: bool, runner=N
     if col.shape != (c * kh * kw, n * oh * ow):
         raise ValueError(f"col2im: col has shape {tuple(col.shape)}, expected {(c * kh * kw, n * oh * ow)} "
                          f"for image {tuple(image_shape)} and kernel {kernel}")
-    x = empty_like_output(xp, (n, c, h, w), col.dtype)
-    launch = KernelLaunch("im2col.cu", f"col2im_{suffix(col.dtype)}", grid_for(x.size, threads), (threads,),
-                          (col, x) + i32(*geometry, int(batch_last)), outputs=(1,))
-    (runner or default_runner([col]))(launch)
+    x = empty_like_output(xp, (n, c, h, w), col.dtype, like=col)
+    if x.size:
+        runner = runner or default_runner([col])
+        name = _kernel_name("col2im", col.dtype, (col.size, x.size), index_bits)
+        runner(KernelLaunch("im2col.cu", name, grid_for(x.size, threads, runner), (threads,),
+                            (col, x) + i32(*geometry, int(batch_last)), outputs=(1,)))
     return x

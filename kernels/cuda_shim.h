@@ -1,16 +1,43 @@
 // CPU emulation of the CUDA features our kernels use, so the same .cu source runs under g++.
 //
-// Each CUDA thread is one std::thread; the blocks of a grid run one after another, so
-// __shared__ can be a function-local static. __syncthreads() waits on a std::barrier over the
-// block's threads; a thread that returns drops out of the barrier. Warp intrinsics (__shfl*_sync)
-// are not emulated: our kernels do not use them. Used by emulation.py (force-included with
-// g++ -include); never seen by NVRTC or nvcc.
+// Every CUDA thread is one std::thread. A block's threads meet at __syncthreads() on a
+// std::barrier; a thread that returns drops out of it. Threads are grouped into warps of 32
+// lanes (by linear thread index, as CUDA does); the warp intrinsics (__shfl*_sync, __ballot_sync,
+// __syncwarp) are rendezvous points where the warp's live lanes advance in lockstep, exchange
+// values through a per-warp mailbox, and check their masks: a lane outside its own mask, lanes
+// that disagree on the intrinsic or the mask, a mask naming a lane that did not arrive, or a
+// shuffle from such a lane, is recorded as an error and the launch fails.
+//
+// Blocks: the emulation loads one copy of the kernel library per "slot" and runs the slots on
+// separate threads at once, block k on slot k % slots, so two blocks really run concurrently
+// (ThreadSanitizer sees inter-block races) while each slot's static __shared__ variables are the
+// memory of the one block it runs at a time. Dynamic shared memory (``extern __shared__`` on the
+// GPU, reached through dynamic_shared_memory(), which each .cu defines unless
+// EMULATED_DYNAMIC_SHARED_MEMORY is set) is a heap block of exactly the launch's size, filled
+// with 0xff bytes (NaN), so AddressSanitizer reports any access past it.
+//
+// Vector types carry CUDA's alignment; the emulation builds with -fsanitize=alignment, so a
+// float4/double2 access at a misaligned address stops the process with "misaligned address".
+//
+// Used by emulation.py (force-included with g++ -include); never seen by NVRTC or nvcc.
 #pragma once
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <barrier>
+#include <condition_variable>
+#include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#define EMULATED_DYNAMIC_SHARED_MEMORY 1
 
 struct dim3 {
     unsigned x, y, z;
@@ -18,40 +45,200 @@ struct dim3 {
 };
 typedef dim3 uint3;
 
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline double2 make_double2(double x, double y) { return {x, y}; }
+
 namespace emu {
+constexpr unsigned warp_size = 32;
+
+struct Warp {
+    std::mutex mutex;
+    std::condition_variable changed;
+    unsigned existing = 0;         // lanes of this warp inside the block (the last warp may be partial)
+    unsigned alive = 0;            // existing lanes that have not returned
+    unsigned arrived = 0;          // lanes waiting at the current rendezvous
+    unsigned long long phase = 0;  // completed rendezvous count; the mailbox alternates by parity
+    unsigned participants[2] = {0, 0};
+    const char* op[2][warp_size] = {};
+    unsigned mask[2][warp_size] = {};
+    int predicate[2][warp_size] = {};
+    unsigned char value[2][warp_size][16] = {};
+};
+
+struct Block {
+    std::barrier<>* barrier;
+    std::unique_ptr<Warp[]> warps;
+    unsigned char* dynamic_shared;
+};
+
 inline thread_local uint3 thread_idx, block_idx;
 inline thread_local dim3 block_dim, grid_dim;
-inline std::barrier<>* block_barrier = nullptr;
+inline thread_local Block* block = nullptr;
+inline thread_local unsigned lane = 0, warp = 0;
 
-inline void syncthreads() { block_barrier->arrive_and_wait(); }
+inline std::mutex error_mutex;
+// Every lane's complaint, as (kind, text): reported sorted by kind, then text, so runs agree.
+inline std::vector<std::pair<int, std::string>> errors;
+inline std::string error_report;
 
-template <class Body>
-void launch(dim3 grid, dim3 block, Body body)
+enum ErrorKind { excluded_self, absent_lanes, diverged, mixed_masks, absent_source };
+
+inline void fail(int kind, const char* format, ...)
 {
-    const unsigned threads_per_block = block.x * block.y * block.z;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                std::barrier<> barrier((std::ptrdiff_t)threads_per_block);
-                block_barrier = &barrier;
-                std::vector<std::thread> threads;
-                threads.reserve(threads_per_block);
-                for (unsigned tz = 0; tz < block.z; ++tz)
-                    for (unsigned ty = 0; ty < block.y; ++ty)
-                        for (unsigned tx = 0; tx < block.x; ++tx)
-                            threads.emplace_back([=, &barrier, &body] {
-                                thread_idx = uint3(tx, ty, tz);
-                                block_idx = uint3(bx, by, bz);
-                                block_dim = block;
-                                grid_dim = grid;
-                                body();
-                                barrier.arrive_and_drop();
-                            });
-                for (auto& t : threads) t.join();
-                block_barrier = nullptr;
-            }
+    char text[512];
+    va_list args;
+    va_start(args, format);
+    std::vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    std::lock_guard<std::mutex> guard(error_mutex);
+    errors.emplace_back(kind, text);
+}
+
+inline void syncthreads() { block->barrier->arrive_and_wait(); }
+
+inline void complete_phase(Warp& w)
+{
+    const int parity = (int)(w.phase & 1);
+    w.participants[parity] = w.arrived;
+    w.arrived = 0;
+    ++w.phase;
+    w.changed.notify_all();
+}
+
+// One lane's visit to a warp intrinsic. Waits until every live lane of the warp has arrived at
+// some intrinsic, checks the masks, and returns the value of lane ``source`` (when >= 0) in
+// ``result`` and, through ``ballot``, the predicates of the lanes in the mask.
+inline void rendezvous(const char* op, unsigned mask, const void* value, size_t size, int source, void* result,
+                       int predicate, unsigned* ballot)
+{
+    Warp& w = block->warps[warp];
+    std::unique_lock<std::mutex> lock(w.mutex);
+    const unsigned long long phase = w.phase;
+    const int parity = (int)(phase & 1);
+    w.op[parity][lane] = op;
+    w.mask[parity][lane] = mask;
+    w.predicate[parity][lane] = predicate;
+    if (size) std::memcpy(w.value[parity][lane], value, size);
+    w.arrived |= 1u << lane;
+    if (w.arrived == w.alive)
+        complete_phase(w);
+    else
+        w.changed.wait(lock, [&] { return w.phase != phase; });
+    const unsigned present = w.participants[parity];
+    const unsigned where = block_idx.x + grid_dim.x * (block_idx.y + grid_dim.y * block_idx.z);
+    if (!(mask >> lane & 1u))
+        fail(excluded_self, "%s: lane %u of warp %u (block %u) calls it with mask 0x%08x, which excludes the lane itself",
+             op, lane, warp, where, mask);
+    if (mask & w.existing & ~present)
+        fail(absent_lanes, "%s: mask 0x%08x names lanes 0x%08x of warp %u (block %u) that returned or did not reach it",
+             op, mask, mask & w.existing & ~present, warp, where);
+    for (unsigned other = 0; other < warp_size; ++other) {
+        if (!(present >> other & 1u)) continue;
+        if (std::strcmp(w.op[parity][other], op) != 0)
+            fail(diverged, "%s: lanes of warp %u (block %u) diverged: lane %u is at %s", op, warp, where, other,
+                 w.op[parity][other]);
+        else if (w.mask[parity][other] != mask && (mask >> other & 1u))
+            fail(mixed_masks, "%s: lanes %u and %u of warp %u (block %u) pass different masks 0x%08x and 0x%08x", op, lane,
+                 other, warp, where, mask, w.mask[parity][other]);
+    }
+    if (source >= 0) {
+        if (!(present >> source & 1u) || !(mask >> source & 1u))
+            fail(absent_source, "%s: lane %u of warp %u (block %u) reads lane %d, which is not in mask 0x%08x or not there", op,
+                 lane, warp, where, source, mask);
+        std::memcpy(result, w.value[parity][source], size);
+    }
+    if (ballot) {
+        unsigned bits = 0;
+        for (unsigned other = 0; other < warp_size; ++other)
+            if ((present & mask) >> other & 1u && w.predicate[parity][other]) bits |= 1u << other;
+        *ballot = bits;
+    }
+}
+
+inline void leave_warp()
+{
+    Warp& w = block->warps[warp];
+    std::lock_guard<std::mutex> guard(w.mutex);
+    w.alive &= ~(1u << lane);
+    if (w.arrived && w.arrived == w.alive) complete_phase(w);
+}
+
+template <class T>
+T shuffle(const char* op, unsigned mask, T var, int source)
+{
+    static_assert(sizeof(T) <= 16, "shuffled values are at most 16 bytes");
+    T out = var;
+    rendezvous(op, mask, &var, sizeof(T), source, &out, 0, nullptr);
+    return out;
+}
+
+// Runs the blocks k = slot, slot + slots, ... of a grid, one after another, each as
+// block.x*block.y*block.z threads. Returns 0, or 1 after a recorded error (see emu_last_error).
+template <class Body>
+int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsigned slots, Body body)
+{
+    const unsigned threads_per_block = blockdim.x * blockdim.y * blockdim.z;
+    const unsigned warps = (threads_per_block + warp_size - 1) / warp_size;
+    const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+    for (unsigned long long k = slot; k < blocks; k += slots) {
+        const uint3 b((unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y), (unsigned)(k / grid.x / grid.y));
+        std::barrier<> barrier((std::ptrdiff_t)threads_per_block);
+        Block state{&barrier, std::make_unique<Warp[]>(warps), (unsigned char*)std::malloc(shared_bytes)};
+        if (shared_bytes) std::memset(state.dynamic_shared, 0xff, shared_bytes);
+        for (unsigned t = 0; t < threads_per_block; ++t) state.warps[t / warp_size].existing |= 1u << (t % warp_size);
+        for (unsigned v = 0; v < warps; ++v) state.warps[v].alive = state.warps[v].existing;
+        std::vector<std::thread> threads;
+        threads.reserve(threads_per_block);
+        for (unsigned t = 0; t < threads_per_block; ++t)
+            threads.emplace_back([=, &state, &body] {
+                thread_idx = uint3(t % blockdim.x, t / blockdim.x % blockdim.y, t / blockdim.x / blockdim.y);
+                block_idx = b;
+                block_dim = blockdim;
+                grid_dim = grid;
+                block = &state;
+                lane = t % warp_size;
+                warp = t / warp_size;
+                body();
+                leave_warp();
+                state.barrier->arrive_and_drop();
+            });
+        for (auto& thread : threads) thread.join();
+        std::free(state.dynamic_shared);
+    }
+    std::lock_guard<std::mutex> guard(error_mutex);
+    return errors.empty() ? 0 : 1;
 }
 }  // namespace emu
+
+// The recorded errors, sorted (the order lanes report in depends on scheduling), at most 3 of them.
+extern "C" __attribute__((visibility("default"))) const char* emu_last_error()
+{
+    std::lock_guard<std::mutex> guard(emu::error_mutex);
+    std::vector<std::pair<int, std::string>> sorted = emu::errors;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    emu::error_report.clear();
+    for (size_t k = 0; k < sorted.size() && k < 3; ++k) emu::error_report += (k ? "; " : "") + sorted[k].second;
+    if (sorted.size() > 3) emu::error_report += "; and " + std::to_string(sorted.size() - 3) + " more";
+    return emu::error_report.c_str();
+}
+
+extern "C" __attribute__((visibility("default"))) void emu_clear_error()
+{
+    std::lock_guard<std::mutex> guard(emu::error_mutex);
+    emu::errors.clear();
+}
+
+using std::exp;
+using std::max;
+using std::min;
+using std::sqrt;
+
+inline void* dynamic_shared_memory() { return emu::block->dynamic_shared; }
 
 template <typename T>
 inline T atomicAdd(T* address, T value)
@@ -59,13 +246,58 @@ inline T atomicAdd(T* address, T value)
     return std::atomic_ref<T>(*address).fetch_add(value);
 }
 
+template <class T>
+inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32)
+{
+    const int source = (int)(emu::lane & ~(unsigned)(width - 1)) + (src_lane & (width - 1));
+    return emu::shuffle("__shfl_sync", mask, var, source);
+}
+
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32)
+{
+    const unsigned in_segment = emu::lane & (unsigned)(width - 1);
+    const int source = in_segment + delta < (unsigned)width ? (int)(emu::lane + delta) : -1;
+    return emu::shuffle("__shfl_down_sync", mask, var, source);
+}
+
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32)
+{
+    const unsigned in_segment = emu::lane & (unsigned)(width - 1);
+    const int source = in_segment >= delta ? (int)(emu::lane - delta) : -1;
+    return emu::shuffle("__shfl_up_sync", mask, var, source);
+}
+
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32)
+{
+    const unsigned target = emu::lane ^ (unsigned)lane_mask;
+    const bool same_segment = (target & ~(unsigned)(width - 1)) == (emu::lane & ~(unsigned)(width - 1));
+    return emu::shuffle("__shfl_xor_sync", mask, var, same_segment && target < emu::warp_size ? (int)target : -1);
+}
+
+inline unsigned __ballot_sync(unsigned mask, int predicate)
+{
+    unsigned bits = 0;
+    emu::rendezvous("__ballot_sync", mask, nullptr, 0, -1, nullptr, predicate != 0, &bits);
+    return bits;
+}
+
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    emu::rendezvous("__syncwarp", mask, nullptr, 0, -1, nullptr, 0, nullptr);
+}
+
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __align__(n) alignas(n)
 #define __shared__ static
 #define __syncthreads() emu::syncthreads()
 #define threadIdx emu::thread_idx
 #define blockIdx emu::block_idx
 #define blockDim emu::block_dim
 #define gridDim emu::grid_dim
+#define warpSize 32

@@ -1,17 +1,24 @@
 """Run our CUDA kernels on the CPU: the same .cu source, compiled with g++ behind ``cuda_shim.h``.
 
-Each kernel gets a small generated C wrapper that takes the grid, the block and CUDA's
-``void** args`` array, so a :class:`~tinygrad_caps.kernels.launch.KernelLaunch` built by the
-ordinary launcher runs here unchanged: ``capsule_predict(u, W, runner=Emulator())``.
+Each kernel gets a small generated C wrapper that takes the grid, the block, the dynamic shared
+memory size and CUDA's ``void** args`` array, so a :class:`~tinygrad_caps.kernels.launch.KernelLaunch`
+built by the ordinary launcher runs here unchanged: ``capsule_predict(u, W, runner=Emulator())``.
 
-Every CUDA thread is an OS thread (blocks run one at a time): use tiny shapes. Outputs are
-filled with NaN before each launch, so an element the kernel never writes fails the comparison.
+What is modelled (details in ``cuda_shim.h``): one OS thread per CUDA thread; warps of 32 lanes
+that meet in lockstep at ``__shfl*_sync``, ``__ballot_sync`` and ``__syncwarp`` with their masks
+checked; ``float4``/``double2`` with an alignment check; dynamic shared memory of exactly the
+launch's size; CUDA's launch limits (:func:`~tinygrad_caps.kernels.launch.check_launch_limits`);
+and ``slots`` (default 2) blocks running at the same time, each slot on its own copy of the
+library so static ``__shared__`` memory belongs to one block. ``max_blocks`` caps the grids the
+launchers build, so grid-stride loops take several passes. Outputs are filled with NaN before each
+launch, so an element the kernel never writes fails the comparison. Use tiny shapes.
 
 Sanitizers: ``Emulator(sanitize="thread")`` builds with ThreadSanitizer (a missing
-``__syncthreads`` or a racy ``+=`` is reported even when results match) and
-``sanitize="address"`` with AddressSanitizer (out-of-bounds reads). Their runtime must be loaded
-before Python starts, so run them as ``python -m tinygrad_caps.kernels.emulation --sanitize thread``,
-which re-executes itself with the runtime preloaded and checks every kernel on small shapes.
+``__syncthreads`` or ``__syncwarp``, a racy ``+=``, or two blocks writing one element are reported
+even when results match) and ``sanitize="address"`` with AddressSanitizer (out-of-bounds reads,
+shared memory past the launch's size). Their runtime must be loaded before Python starts, so run
+them as ``python -m tinygrad_caps.kernels.emulation --sanitize thread``, which re-executes itself
+with the runtime preloaded and checks every kernel on small shapes.
 """
 from __future__ import annotations
 
@@ -20,18 +27,41 @@ import ctypes
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
 
-from .launch import SOURCE_DIR, KernelLaunch
+from .launch import SOURCE_DIR, KernelLaunch, check_launch_limits
 
 SANITIZER_FLAGS = {None: [], "thread": ["-fsanitize=thread"], "address": ["-fsanitize=address", "-fno-omit-frame-pointer"]}
 SANITIZER_RUNTIME = {"thread": "libtsan.so", "address": "libasan.so"}
+# Every build: misaligned float4/double2 accesses stop the process; one library copy per block
+# slot must not share template statics (GNU unique symbols would merge them across copies); our
+# thread-locals use static TLS (see sanitizer_environment).
+COMMON_FLAGS = ["-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-Wall", "-Wno-unused-function",
+                "-fno-gnu-unique", "-fvisibility=hidden", "-ftls-model=initial-exec", "-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
 _KERNEL_SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
+
+
+def sanitizer_environment(kind: str) -> dict:
+    """os.environ plus what a Python process needs to load sanitized kernels: the sanitizer's
+    runtime and libstdc++ preloaded (so their thread-local storage is static: ThreadSanitizer
+    misreads glibc's reuse of dynamically allocated TLS as a race), and options that make the
+    first report fail the process with exit code 66."""
+    libstdcxx = subprocess.run(["g++", "-print-file-name=libstdc++.so.6"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    return dict(os.environ, LD_PRELOAD=f"{sanitizer_runtime(kind)} {libstdcxx}",
+                TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0",
+                ASAN_OPTIONS="detect_leaks=0 halt_on_error=1 exitcode=66 verify_asan_link_order=0")
+
+
+class EmulationError(RuntimeError):
+    """A kernel broke a rule the emulation checks (warp masks, divergent warp intrinsics)."""
 
 
 def kernel_signatures(source: str) -> dict:
@@ -47,7 +77,8 @@ def kernel_signatures(source: str) -> dict:
 
 
 def wrapper_source(sources, source_dir: Path = SOURCE_DIR) -> str:
-    """C++ that includes each .cu and defines ``emu_<kernel>(gx, gy, gz, bx, by, bz, void** args)``."""
+    """C++ that includes each .cu and defines
+    ``int emu_<kernel>(gx, gy, gz, bx, by, bz, shared_bytes, slot, slots, void** args)``."""
     lines = []
     for name in sources:
         lines.append(f'#include "{source_dir / name}"')
@@ -55,8 +86,10 @@ def wrapper_source(sources, source_dir: Path = SOURCE_DIR) -> str:
         for kernel, types in kernel_signatures((source_dir / name).read_text()).items():
             call = ", ".join(f"*({t}*)args[{i}]" for i, t in enumerate(types))
             lines.append(
-                f'extern "C" void emu_{kernel}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, '
-                f"unsigned bz, void** args) {{ emu::launch(dim3(gx, gy, gz), dim3(bx, by, bz), [args] {{ {kernel}({call}); }}); }}"
+                f'extern "C" __attribute__((visibility("default"))) int emu_{kernel}(unsigned gx, unsigned gy, '
+                f"unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared_bytes, unsigned slot, "
+                f"unsigned slots, void** args) {{ return emu::launch(dim3(gx, gy, gz), dim3(bx, by, bz), "
+                f"shared_bytes, slot, slots, [args] {{ {kernel}({call}); }}); }}"
             )
     return "\n".join(lines) + "\n"
 
@@ -70,34 +103,71 @@ def sanitizer_runtime(kind: str) -> str:
     return path
 
 
-class Emulator:
-    """A runner that executes KernelLaunch records on the CPU (see the module docstring)."""
+def _argument_cell(kernel, arg):
+    if isinstance(arg, np.ndarray):
+        if not arg.flags.c_contiguous:
+            raise ValueError(f"{kernel}: argument arrays must be C-contiguous")
+        return ctypes.c_void_p(arg.ctypes.data)
+    for numpy_type, c_type in ((np.int32, ctypes.c_int32), (np.uint32, ctypes.c_uint32), (np.int64, ctypes.c_int64),
+                               (np.float32, ctypes.c_float), (np.float64, ctypes.c_double)):
+        if isinstance(arg, numpy_type):
+            return c_type(arg.item())
+    raise TypeError(f"{kernel}: unsupported kernel argument of type {type(arg).__name__}")
 
-    def __init__(self, sanitize: str | None = None, build_dir: str | None = None, source_dir: str | None = None):
+
+class Emulator:
+    """A runner that executes KernelLaunch records on the CPU (see the module docstring).
+
+    Args:
+        sanitize: None, "thread" or "address". build_dir: where built libraries are cached.
+        source_dir: folder of the .cu files (tests point it at planted-bug kernels).
+        slots: how many blocks run at the same time (>= 1).
+        max_blocks: the most blocks a launcher may put in a grid for this runner (None: CUDA's limits).
+    """
+
+    def __init__(self, sanitize: str | None = None, build_dir: str | None = None, source_dir: str | None = None,
+                 slots: int = 2, max_blocks: int | None = None):
         if sanitize not in SANITIZER_FLAGS:
             raise ValueError(f"Emulator: sanitize must be None, 'thread' or 'address', got {sanitize!r}")
+        if slots < 1 or (max_blocks is not None and max_blocks < 1):
+            raise ValueError(f"Emulator: slots and max_blocks must be >= 1, got {slots} and {max_blocks}")
         self.sanitize = sanitize
+        self.slots = slots
+        self.max_blocks = max_blocks
         self.source_dir = Path(source_dir) if source_dir else SOURCE_DIR
         self.build_dir = Path(build_dir or os.environ.get("TINYGRAD_CAPS_EMULATION_DIR")
                               or Path(tempfile.gettempdir()) / "tinygrad-caps-emulation")
-        self._library = None
-        self.launches = 0
+        self._libraries = []
+        self.launches = []  # (kernel, grid, block, shared_mem) of every launch, for tests
 
-    def library(self):
-        """Build (once, cached by source hash) and load the shared library of all kernels."""
-        if self._library is None:
+    def libraries(self):
+        """Build (once, cached by source hash) and load one copy of the kernel library per slot."""
+        if not self._libraries:
             if self.sanitize and SANITIZER_RUNTIME[self.sanitize].split(".")[0] not in os.environ.get("LD_PRELOAD", ""):
                 raise RuntimeError(f"Emulator(sanitize={self.sanitize!r}) needs its runtime preloaded: run "
                                    f"`python -m tinygrad_caps.kernels.emulation --sanitize {self.sanitize}`")
-            self._library = ctypes.CDLL(str(self._build()))
-        return self._library
+            built = self._build()
+            for slot in range(self.slots):
+                # a distinct file per slot: the loader shares one loaded object per file
+                copy = built.with_name(f"{built.stem}-slot{slot}.so")
+                if not copy.exists():
+                    tmp = copy.with_suffix(f".{os.getpid()}.tmp")
+                    shutil.copyfile(built, tmp)
+                    os.replace(tmp, copy)
+                self._libraries.append(ctypes.CDLL(str(copy), mode=os.RTLD_LOCAL | os.RTLD_NOW))
+        return self._libraries
+
+    def library(self):
+        """The first slot's library (for callers that only need the symbols)."""
+        return self.libraries()[0]
 
     def _build(self) -> Path:
         sources = sorted(p.name for p in self.source_dir.glob("*.cu"))
         wrapper = wrapper_source(sources, self.source_dir)
         shim = (SOURCE_DIR / "cuda_shim.h").read_text()
         texts = [(self.source_dir / s).read_text() for s in sources]
-        digest = hashlib.sha256("".join([wrapper, shim, str(self.sanitize)] + texts).encode()).hexdigest()[:16]
+        flags = COMMON_FLAGS + SANITIZER_FLAGS[self.sanitize]
+        digest = hashlib.sha256("".join([wrapper, shim, " ".join(flags)] + texts).encode()).hexdigest()[:16]
         self.build_dir.mkdir(parents=True, exist_ok=True)
         library = self.build_dir / f"kernels-{self.sanitize or 'plain'}-{digest}.so"
         if library.exists():
@@ -105,8 +175,7 @@ class Emulator:
         cpp = self.build_dir / f"wrapper-{digest}.cpp"
         cpp.write_text(wrapper)
         tmp = library.with_suffix(f".{os.getpid()}.tmp")
-        command = ["g++", "-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-Wall", "-Wno-unused-function",
-                   "-include", str(SOURCE_DIR / "cuda_shim.h"), *SANITIZER_FLAGS[self.sanitize], str(cpp), "-o", str(tmp)]
+        command = ["g++", *flags, "-include", str(SOURCE_DIR / "cuda_shim.h"), str(cpp), "-o", str(tmp)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"building the CPU emulation of {', '.join(sources)} failed:\n{result.stderr}")
@@ -114,68 +183,139 @@ class Emulator:
         return library
 
     def __call__(self, launch: KernelLaunch) -> None:
-        function = getattr(self.library(), f"emu_{launch.kernel}")
-        for index in launch.outputs:
-            launch.args[index].fill(np.nan)
-        keep, pointers = [], []
-        for arg in launch.args:
-            if isinstance(arg, np.ndarray):
-                if not arg.flags.c_contiguous:
-                    raise ValueError(f"{launch.kernel}: argument arrays must be C-contiguous")
-                cell = ctypes.c_void_p(arg.ctypes.data)
-            elif isinstance(arg, np.int32):
-                cell = ctypes.c_int32(int(arg))
-            elif isinstance(arg, np.float32):
-                cell = ctypes.c_float(float(arg))
-            elif isinstance(arg, np.float64):
-                cell = ctypes.c_double(float(arg))
-            else:
-                raise TypeError(f"{launch.kernel}: unsupported kernel argument of type {type(arg).__name__}")
-            keep.append(cell)
-            pointers.append(ctypes.cast(ctypes.pointer(cell), ctypes.c_void_p))
-        argv = (ctypes.c_void_p * len(pointers))(*pointers)
+        check_launch_limits(launch)
         grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
         block = tuple(launch.block) + (1,) * (3 - len(launch.block))
-        function.argtypes = [ctypes.c_uint] * 6 + [ctypes.c_void_p]
-        function(*grid, *block, argv)
-        self.launches += 1
+        if self.max_blocks is not None and grid[0] * grid[1] * grid[2] > self.max_blocks:
+            raise ValueError(f"{launch.kernel}: grid {grid} exceeds this emulator's max_blocks={self.max_blocks}")
+        libraries = self.libraries()
+        for index in launch.outputs:
+            launch.args[index].fill(np.nan)
+        cells = [_argument_cell(launch.kernel, arg) for arg in launch.args]
+        argv = (ctypes.c_void_p * len(cells))(*[ctypes.cast(ctypes.pointer(c), ctypes.c_void_p) for c in cells])
+        slots = min(self.slots, grid[0] * grid[1] * grid[2])
+        codes = [None] * slots
+        functions = []
+        for library in libraries[:slots]:
+            function = getattr(library, f"emu_{launch.kernel}")  # AttributeError: no such kernel
+            function.argtypes = [ctypes.c_uint] * 9 + [ctypes.c_void_p]
+            function.restype = ctypes.c_int
+            functions.append(function)
+
+        def run_slot(slot):
+            codes[slot] = functions[slot](*grid, *block, launch.shared_mem, slot, slots, argv)
+
+        for library in libraries:
+            library.emu_clear_error()
+        threads = [threading.Thread(target=run_slot, args=(slot,)) for slot in range(slots)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.launches.append((launch.kernel, grid, block, launch.shared_mem))
+        if None in codes:
+            raise EmulationError(f"{launch.kernel}: a block slot did not finish")
+        if any(codes):
+            messages = []
+            for library in libraries:
+                library.emu_last_error.restype = ctypes.c_char_p
+                text = library.emu_last_error().decode()
+                if text:
+                    messages.append(text)
+            raise EmulationError(f"{launch.kernel}: " + "; ".join(messages))
 
 
-def selfcheck(runner) -> list[str]:
-    """Run every kernel on small awkward shapes (partial blocks, B=1, float32 and float64) and
-    compare with NumPy; returns a list of failures (empty when all agree)."""
+CAPSULE_CHECK_SHAPES = ((1, 3, 2, 3, 2), (3, 5, 3, 5, 3), (9, 4, 2, 8, 2))  # (B, I, J, D, K): tails, JD odd and % 4
+ROUTING_CHECK_SHAPES = ((1, 3, 2, 3), (3, 9, 3, 8), (2, 5, 2, 64))   # (B, I, J, D): scalar and vector paths
+CONV_CHECK_CASES = (((1, 2, 5, 4), (3, 2), (2, 1), (1, 0)), ((2, 1, 4, 4), (2, 2), (1, 1), (1, 1)),
+                    ((1, 2, 7, 6), (3, 3), (3, 2), (2, 1)))
+
+
+def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 32) -> list[str]:
+    """Run every kernel on small awkward shapes (partial blocks and warps, vector and scalar paths,
+    B=1, 32- and 64-bit indices, float32 and float64) and compare with NumPy; returns a list of
+    failures (empty when all agree). ``to_device``/``to_host`` move arrays for a GPU runner."""
     from . import capsule, conv, routing
 
     rng = np.random.default_rng(0)
     failures = []
 
     def compare(name, got, want, dtype):
-        tol = 1e-5 if dtype == np.float32 else 1e-12
+        got = to_host(got)
+        tol = 2e-5 if dtype == np.float32 else 1e-12
         if got.shape != want.shape or not np.allclose(got, want, rtol=tol, atol=tol):
             failures.append(f"{name} ({np.dtype(dtype).name}): max error "
                             f"{np.nanmax(np.abs(got - want)) if got.shape == want.shape else 'shape'}")
 
+    def draw(shape, dtype):
+        return rng.standard_normal(shape).astype(dtype)
+
     for dtype in (np.float32, np.float64):
-        for b, i, j, d, k in ((1, 3, 2, 3, 2), (2, 5, 3, 2, 3)):
-            u = rng.standard_normal((b, i, k)).astype(dtype)
-            w = rng.standard_normal((i, j, d, k)).astype(dtype)
-            g = rng.standard_normal((b, i, j, d)).astype(dtype)
-            c = rng.standard_normal((b, i, j)).astype(dtype)
-            v = rng.standard_normal((b, j, d)).astype(dtype)
-            compare("capsule_predict", capsule.capsule_predict(u, w, runner, threads=32), np.einsum("ijdk,bik->bijd", w, u), dtype)
-            compare("capsule_grad_u", capsule.capsule_grad_u(g, w, runner, threads=32), np.einsum("ijdk,bijd->bik", w, g), dtype)
-            compare("capsule_grad_w", capsule.capsule_grad_w(g, u, runner, threads=32), np.einsum("bijd,bik->ijdk", g, u), dtype)
-            compare("routing_weighted_sum", routing.routing_weighted_sum(c, g, runner), np.einsum("bij,bijd->bjd", c, g), dtype)
-            compare("routing_agreement", routing.routing_agreement(g, v, runner, threads=32), np.einsum("bijd,bjd->bij", g, v), dtype)
-        for shape, kernel, stride, padding in (((1, 2, 5, 4), (3, 2), (2, 1), (1, 0)), ((2, 1, 4, 4), (2, 2), (1, 1), (1, 1))):
-            x = rng.standard_normal(shape).astype(dtype)
+        for b, i, j, d, k in CAPSULE_CHECK_SHAPES:
+            u, w, g = draw((b, i, k), dtype), draw((i, j, d, k), dtype), draw((b, i, j, d), dtype)
+            du, dw, dg = to_device(u), to_device(w), to_device(g)
+            compare("capsule_predict", capsule.capsule_predict(du, dw, runner, threads=threads),
+                    np.einsum("ijdk,bik->bijd", w, u), dtype)
+            grad_u, grad_w = capsule.capsule_grad(dg, du, dw, runner, threads=max(threads, 64))
+            compare("capsule_grad (u)", grad_u, np.einsum("ijdk,bijd->bik", w, g), dtype)
+            compare("capsule_grad (W)", grad_w, np.einsum("bijd,bik->ijdk", g, u), dtype)
+            compare("capsule_grad_u", capsule.capsule_grad_u(dg, dw, runner, threads=threads),
+                    np.einsum("ijdk,bijd->bik", w, g), dtype)
+            compare("capsule_grad_w", capsule.capsule_grad_w(dg, du, runner, threads=threads),
+                    np.einsum("bijd,bik->ijdk", g, u), dtype)
+        for b, i, j, d in ROUTING_CHECK_SHAPES:
+            u_hat, c, v = draw((b, i, j, d), dtype), draw((b, i, j), dtype), draw((b, j, d), dtype)
+            du_hat = to_device(u_hat)
+            compare("routing_weighted_sum", routing.routing_weighted_sum(to_device(c), du_hat, runner, threads=threads),
+                    np.einsum("bij,bijd->bjd", c, u_hat), dtype)
+            compare("routing_agreement", routing.routing_agreement(du_hat, to_device(v), runner, threads=threads),
+                    np.einsum("bijd,bjd->bij", u_hat, v), dtype)
+            v_out, c_out, logits = routing.routing_forward(du_hat, 3, 1e-8, runner, threads=threads)
+            want_v, want_c, want_logits = reference_routing(u_hat, 3, 1e-8)
+            compare("routing_forward (v)", v_out, want_v, dtype)
+            compare("routing_forward (c)", c_out, want_c, dtype)
+            compare("routing_forward (logits)", logits, want_logits, dtype)
+        for shape, kernel, stride, padding in CONV_CHECK_CASES:
+            x = draw(shape, dtype)
             for batch_last in (False, True):
-                col = conv.im2col(x, kernel, stride, padding, batch_last, runner, threads=32)
-                compare("im2col", col, reference_im2col(x, kernel, stride, padding, batch_last), dtype)
-                r = rng.standard_normal(col.shape).astype(dtype)
-                back = conv.col2im(r, shape, kernel, stride, padding, batch_last, runner, threads=32)
-                compare("col2im (adjoint of im2col)", np.array([(x * back).sum()]), np.array([(col * r).sum()]), dtype)
+                for bits in (32, 64):
+                    col = conv.im2col(to_device(x), kernel, stride, padding, batch_last, runner, threads, bits)
+                    compare(f"im2col ({bits}-bit)", col, reference_im2col(x, kernel, stride, padding, batch_last), dtype)
+                    r = draw(tuple(col.shape), dtype)
+                    back = conv.col2im(to_device(r), shape, kernel, stride, padding, batch_last, runner, threads, bits)
+                    compare(f"col2im ({bits}-bit)", back, reference_col2im(r, shape, kernel, stride, padding, batch_last),
+                            dtype)
     return failures
+
+
+def reference_routing(u_hat, iterations, eps):
+    """NumPy dynamic routing in float64 (the oracle of ``routing_forward``): (v, c, logits) of the last iteration."""
+    x = u_hat.astype(np.float64)
+    logits = np.zeros(x.shape[:3])
+    for it in range(iterations):
+        e = np.exp(logits - logits.max(axis=2, keepdims=True))
+        c = e / e.sum(axis=2, keepdims=True)
+        s = np.einsum("bij,bijd->bjd", c, x)
+        norm2 = (s * s).sum(axis=-1, keepdims=True)
+        v = s * (norm2 / (1 + norm2) / np.sqrt(norm2 + eps))
+        if it + 1 < iterations:
+            logits = logits + np.einsum("bijd,bjd->bij", x, v)
+    return v, c, logits
+
+
+def reference_col2im(col, image_shape, kernel, stride, padding, batch_last):
+    """A loop-based col2im (the adjoint of ``reference_im2col``): sums each column entry into its pixel."""
+    n, c, h, w = image_shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    patches = col.reshape(c, kh, kw, oh, ow, n) if batch_last else col.reshape(c, kh, kw, n, oh, ow)
+    if batch_last:
+        patches = patches.transpose(0, 1, 2, 5, 3, 4)
+    padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), np.float64)
+    for ky in range(kh):
+        for kx in range(kw):
+            padded[:, :, ky:ky + sh * oh:sh, kx:kx + sw * ow:sw] += patches[:, ky, kx].transpose(1, 0, 2, 3)
+    return padded[:, :, ph:ph + h, pw:pw + w]
 
 
 def reference_im2col(x, kernel, stride, padding, batch_last):
@@ -198,12 +338,11 @@ def main(argv=None) -> int:
     parser.add_argument("--sanitize", choices=["thread", "address"], default=None)
     args = parser.parse_args(argv)
     if args.sanitize and SANITIZER_RUNTIME[args.sanitize].split(".")[0] not in os.environ.get("LD_PRELOAD", ""):
-        env = dict(os.environ, LD_PRELOAD=sanitizer_runtime(args.sanitize))
-        env["TSAN_OPTIONS"] = "halt_on_error=1 exitcode=66 report_signal_unsafe=0"
-        env["ASAN_OPTIONS"] = "detect_leaks=0 halt_on_error=1 exitcode=66 verify_asan_link_order=0"
+        env = sanitizer_environment(args.sanitize)
         command = [sys.executable, "-m", "tinygrad_caps.kernels.emulation", "--sanitize", args.sanitize]
         return subprocess.run(command, env=env).returncode
-    failures = selfcheck(Emulator(sanitize=args.sanitize))
+    # three blocks at most, two at a time: every grid-stride loop takes several passes
+    failures = selfcheck(Emulator(sanitize=args.sanitize, slots=2, max_blocks=3))
     for failure in failures:
         print("FAIL", failure)
     print(f"emulation{' under ' + args.sanitize + ' sanitizer' if args.sanitize else ''}: "

@@ -1,12 +1,16 @@
 """What every launcher shares: the launch record, CUDA source loading, the CuPy runner, checks.
 
-A launcher (``conv.py``, ``capsule.py``, ``routing.py``) validates its arrays, allocates the
-output, and builds one :class:`KernelLaunch` (kernel name, grid, block, arguments). A *runner*
-executes it: :func:`run_on_gpu` through a CuPy ``RawModule`` (compiled once per process and
-device, then cached), or ``emulation.Emulator`` on the CPU with the very same record.
+A launcher (``conv.py``, ``capsule.py``, ``routing.py``) validates its arrays (one dtype, one
+device: :class:`DeviceError` otherwise), allocates the outputs on that device, and builds
+:class:`KernelLaunch` records (kernel name, grid, block, arguments, dynamic shared memory). A
+*runner* executes them: :func:`run_on_gpu` on the GPU that holds the arrays, through a CuPy
+``RawModule`` compiled once per process and device (the kernel objects are cached too), or
+``emulation.Emulator`` on the CPU with the very same record. Both check CUDA's launch limits.
+The engine asks :func:`kernel_runner_for` which runner serves an array.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -15,14 +19,43 @@ from pathlib import Path
 import numpy as np
 
 SOURCE_DIR = Path(__file__).resolve().parent
-# Options given to RawModule; the compile check adds the architecture and
-# --device-as-default-execution-space, which CuPy adds itself.
+# Our options for RawModule; CuPy adds its own (include paths, -ftz=true, the architecture and
+# --device-as-default-execution-space), which compile_check reads from CuPy itself.
 NVRTC_OPTIONS = ("--std=c++17",)
 DTYPE_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 DEFAULT_THREADS = 256
 MAX_BLOCKS = 65535
+# CUDA's launch limits (compute capability 8.0 and 9.0).
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2 ** 31 - 1, 65535, 65535)
+MAX_SHARED_BYTES = 48 * 1024  # without cudaFuncAttributeMaxDynamicSharedMemorySize, which we never set
 
 _raw_enabled = os.environ.get("TINYGRAD_CAPS_RAW_KERNELS", "1") != "0"
+
+
+_numpy_runner = None
+
+
+@contextlib.contextmanager
+def run_numpy_arrays_with(runner):
+    """Within this context the engine sends NumPy arrays through the kernels too, run by ``runner``
+    (an ``emulation.Emulator``): how the engine's ops are tested on the kernel path without a GPU."""
+    global _numpy_runner
+    previous, _numpy_runner = _numpy_runner, runner
+    try:
+        yield runner
+    finally:
+        _numpy_runner = previous
+
+
+def kernel_runner_for(array):
+    """The runner the engine should use for ``array``: the GPU runner for a CuPy array (unless
+    ``use_raw_kernels(False)``), the emulator inside ``run_numpy_arrays_with``, else None (the
+    engine's own NumPy or CuPy code)."""
+    if array_module_of(array) is not np:
+        return run_on_gpu if _raw_enabled else None
+    return _numpy_runner
 
 
 def use_raw_kernels(enabled: bool) -> None:
@@ -48,6 +81,30 @@ class KernelLaunch:
     block: tuple
     args: tuple
     outputs: tuple
+    shared_mem: int = 0  # bytes of dynamic shared memory
+
+
+class LaunchError(ValueError):
+    """A launch configuration that CUDA would refuse (cudaErrorInvalidConfiguration and kin)."""
+
+
+def check_launch_limits(launch: KernelLaunch) -> None:
+    """Raise LaunchError where CUDA would refuse the launch: a zero or oversized grid or block
+    dimension, more than 1024 threads per block, or more than 48 KiB of dynamic shared memory."""
+    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+    block = tuple(launch.block) + (1,) * (3 - len(launch.block))
+    if len(grid) != 3 or len(block) != 3:
+        raise LaunchError(f"{launch.kernel}: grid {launch.grid} and block {launch.block} take at most 3 dimensions")
+    for name, dims, limits in (("grid", grid, MAX_GRID_DIM), ("block", block, MAX_BLOCK_DIM)):
+        for axis, (dim, limit) in enumerate(zip(dims, limits)):
+            if not 1 <= int(dim) <= limit:
+                raise LaunchError(f"{launch.kernel}: {name} dimension {'xyz'[axis]} is {dim}; CUDA allows 1 to {limit}")
+    if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
+        raise LaunchError(f"{launch.kernel}: block {block} has {block[0] * block[1] * block[2]} threads; "
+                          f"CUDA allows at most {MAX_THREADS_PER_BLOCK}")
+    if not 0 <= launch.shared_mem <= MAX_SHARED_BYTES:
+        raise LaunchError(f"{launch.kernel}: {launch.shared_mem} bytes of dynamic shared memory; "
+                          f"at most {MAX_SHARED_BYTES} without the opt-in")
 
 
 def source_text(name: str) -> str:
@@ -60,9 +117,14 @@ def cuda_sources() -> list[str]:
     return sorted(p.name for p in SOURCE_DIR.glob("*.cu"))
 
 
-def grid_for(total: int, threads: int = DEFAULT_THREADS) -> tuple:
-    """A 1-D grid for a grid-stride loop over ``total`` elements."""
-    return (max(1, min(MAX_BLOCKS, -(-total // threads))),)
+def block_limit(runner) -> int:
+    """The most blocks a grid-stride launcher may use with ``runner`` (the emulator may cap it)."""
+    return getattr(runner, "max_blocks", None) or MAX_BLOCKS
+
+
+def grid_for(total: int, threads: int = DEFAULT_THREADS, runner=None) -> tuple:
+    """A 1-D grid for a grid-stride loop over ``total`` work items, ``threads`` per block."""
+    return (max(1, min(block_limit(runner), -(-total // threads))),)
 
 
 def suffix(dtype) -> str:
@@ -79,26 +141,40 @@ def array_module_of(array):
     return np
 
 
+class DeviceError(RuntimeError, ValueError):
+    """A device is unavailable, unknown, or the arrays of one op or kernel call live on different
+    devices (NumPy and CuPy, or two GPUs). The engine's ``tinygrad_caps.DeviceError`` is this class."""
+
+
+def device_name(array) -> str:
+    """"cpu" for a NumPy array, "cuda:N" for a CuPy array on GPU N."""
+    return "cpu" if array_module_of(array) is np else f"cuda:{array.device.id}"
+
+
+def device_context(array):
+    """A context that makes the GPU holding ``array`` current (nothing for NumPy arrays)."""
+    return contextlib.nullcontext() if array_module_of(array) is np else array.device
+
+
 def prepare(op: str, named_arrays: dict, ndims: dict):
     """Check that arrays share one float dtype and one device and have the right ranks; return
-    them C-contiguous (RawKernels ignore strides), in the given order."""
+    them C-contiguous (RawKernels ignore strides), in the given order, on their own device.
+    Raises DeviceError when they live on different devices."""
     first_name, first = next(iter(named_arrays.items()))
     xp = array_module_of(first)
     dtype = np.dtype(first.dtype)
     if dtype not in DTYPE_SUFFIX:
         raise TypeError(f"{op}: kernels take float32 or float64, got {first_name} of dtype {dtype}")
-    out = []
     for name, a in named_arrays.items():
-        if array_module_of(a) is not xp:
-            raise ValueError(f"{op}: {name} and {first_name} are on different devices")
+        if device_name(a) != device_name(first):
+            raise DeviceError(f"{op}: {name} is on {device_name(a)} but {first_name} is on {device_name(first)}; "
+                              f"move them to one device first")
         if np.dtype(a.dtype) != dtype:
             raise TypeError(f"{op}: {name} has dtype {a.dtype}, {first_name} has {dtype}")
         if a.ndim != ndims[name]:
             raise ValueError(f"{op}: {name} must have {ndims[name]} dimensions, got shape {tuple(a.shape)}")
-        if xp is not np and a.device.id != first.device.id:
-            raise ValueError(f"{op}: {name} is on GPU {a.device.id}, {first_name} on GPU {first.device.id}")
-        out.append(xp.ascontiguousarray(a))
-    return xp, out
+    with device_context(first):
+        return xp, [xp.ascontiguousarray(a) for a in named_arrays.values()]
 
 
 def check_int32(op: str, **sizes) -> None:
@@ -126,12 +202,28 @@ def _raw_module(source: str, device_id: int):
     return module
 
 
+@functools.lru_cache(maxsize=None)
+def _raw_kernel(source: str, kernel: str, device_id: int):
+    return _raw_module(source, device_id).get_function(kernel)
+
+
+def launch_device_id(launch: KernelLaunch) -> int:
+    """The GPU that holds a launch's arrays (DeviceError when they are spread over several)."""
+    ids = {a.device.id for a in launch.args if type(a).__module__.startswith("cupy")}
+    if len(ids) != 1:
+        raise DeviceError(f"{launch.kernel}: its arrays are on GPUs {sorted(ids)}; a launch needs them on one")
+    return ids.pop()
+
+
 def run_on_gpu(launch: KernelLaunch) -> None:
-    """Execute a launch on the current CUDA device through a cached CuPy RawModule."""
+    """Execute a launch on the GPU that holds its arrays, through a cached CuPy RawModule."""
     import cupy
 
-    module = _raw_module(launch.source, cupy.cuda.Device().id)
-    module.get_function(launch.kernel)(launch.grid, launch.block, launch.args)
+    check_launch_limits(launch)
+    device_id = launch_device_id(launch)
+    with cupy.cuda.Device(device_id):
+        _raw_kernel(launch.source, launch.kernel, device_id)(launch.grid, launch.block, launch.args,
+                                                             shared_mem=launch.shared_mem)
 
 
 def default_runner(arrays):
@@ -142,6 +234,7 @@ def default_runner(arrays):
     return run_on_gpu
 
 
-def empty_like_output(xp, shape, dtype):
-    """An uninitialized output; the emulator fills outputs with NaN before launching."""
-    return xp.empty(shape, dtype=dtype)
+def empty_like_output(xp, shape, dtype, like=None):
+    """An uninitialized output on the device of ``like``; the emulator fills outputs with NaN first."""
+    with device_context(like) if like is not None else contextlib.nullcontext():
+        return xp.empty(shape, dtype=dtype)

@@ -1,74 +1,257 @@
-// The two contractions of dynamic routing (launcher: routing.py).
+// The contractions of dynamic routing, and the whole routing forward in one launch (launcher: routing.py).
 //
 //   weighted sum: s[b,j,d] = sum_i c[b,i,j] u_hat[b,i,j,d]     c (B,I,J), u_hat (B,I,J,D)
 //   agreement:    a[b,i,j] = sum_d u_hat[b,i,j,d] v[b,j,d]     v (B,J,D)
+//   routing forward (no gradient): all iterations of softmax over J, weighted sum, squash and
+//   agreement, for evaluation and no_grad; the engine derives every gradient from the ops above.
 //
-// Weighted sum: a block of ROUTING_TX x ROUTING_TY threads per (32 outputs jd, example b); thread
-// row ty sums inputs i = ty, ty+TY, ... so a warp reads 32 neighbouring u_hat values per step,
-// then the TY partial sums are added in a fixed order (deterministic, no atomics).
-// Agreement: one output per grid-stride step, a D-long dot product over a contiguous u_hat row.
+// Weighted sum, two launches so the whole GPU works on it: pass 1 gives each block a tile
+// (example b, chunk of I) and writes the tile's sums to partial[b, chunk, :]; pass 2 adds the
+// chunks in increasing order. Inside a tile, thread (r, q) sums rows i = r, r + R, ... of column
+// group q (VEC columns with vec loads, else one), then row 0 adds the R partial sums in order.
+// No atomics anywhere: the result does not depend on scheduling.
+// Agreement: one warp per (b, i), v[b] in shared memory. With vec, lane q takes VEC neighbouring
+// d of one j (D a multiple of VEC and D/VEC a power of two up to 32), and the D/VEC lanes of each
+// j add up with __shfl_xor_sync; otherwise the warp reduces each j over its D in turn.
 
-#define ROUTING_TX 32
-#define ROUTING_TY 8
-
-template <typename T>
-__device__ void routing_weighted_sum_impl(const T* __restrict__ c, const T* __restrict__ u_hat, T* __restrict__ s,
-                                          int B, int I, int J, int D)
+#ifndef EMULATED_DYNAMIC_SHARED_MEMORY
+// The launch's dynamic shared memory (the CPU emulation supplies its own).
+__device__ __forceinline__ void* dynamic_shared_memory()
 {
-    __shared__ T partial[ROUTING_TY][ROUTING_TX];
-    const int jd_count = J * D;
-    const long long b = blockIdx.y;
-    const int jd = blockIdx.x * ROUTING_TX + threadIdx.x;
-    T acc = T(0);
-    if (jd < jd_count) {
-        const int j = jd / D;
-        for (int i = threadIdx.y; i < I; i += ROUTING_TY) {
-            const long long bi = b * I + i;
-            acc += c[bi * J + j] * u_hat[bi * jd_count + jd];
+    extern __shared__ __align__(16) unsigned char dynamic_shared_bytes[];
+    return dynamic_shared_bytes;
+}
+#endif
+
+#define AGREEMENT_ROWS_PER_WARP 4
+
+namespace routing_kernels {
+
+template <typename T> struct RoutingVec;
+template <> struct RoutingVec<float> { typedef float4 type; static constexpr int width = 4; };
+template <> struct RoutingVec<double> { typedef double2 type; static constexpr int width = 2; };
+
+__device__ __forceinline__ void add_scaled(float4& acc, const float4& x, float c)
+{
+    acc.x += c * x.x; acc.y += c * x.y; acc.z += c * x.z; acc.w += c * x.w;
+}
+__device__ __forceinline__ void add_scaled(double2& acc, const double2& x, double c)
+{
+    acc.x += c * x.x; acc.y += c * x.y;
+}
+__device__ __forceinline__ void add_to(float4& acc, const float4& x) { acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w; }
+__device__ __forceinline__ void add_to(double2& acc, const double2& x) { acc.x += x.x; acc.y += x.y; }
+__device__ __forceinline__ void add_scaled(float& acc, const float& x, float c) { acc += c * x; }
+__device__ __forceinline__ void add_scaled(double& acc, const double& x, double c) { acc += c * x; }
+__device__ __forceinline__ void add_to(float& acc, const float& x) { acc += x; }
+__device__ __forceinline__ void add_to(double& acc, const double& x) { acc += x; }
+__device__ __forceinline__ float dot(const float4& a, const float4& b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+__device__ __forceinline__ double dot(const double2& a, const double2& b) { return a.x * b.x + a.y * b.y; }
+
+// Pass 1 of the weighted sum, for column groups of type V (a vector, or T itself when width = 1).
+template <typename T, typename V, int width>
+__device__ void weighted_sum_tiles(const T* __restrict__ c, const T* __restrict__ u_hat, T* __restrict__ partial,
+                                   int B, int I, int J, int D, int chunks, int rows_per_chunk)
+{
+    V* sums = (V*)dynamic_shared_memory();  // (R, groups)
+    const int jd_count = J * D, groups = jd_count / width;
+    const int R = max(1, (int)blockDim.x / groups), r = threadIdx.x / groups;
+    const int q_step = min(groups, (int)blockDim.x);
+    for (int tile = blockIdx.x; tile < B * chunks; tile += gridDim.x) {
+        const int b = tile / chunks, chunk = tile - b * chunks;
+        const int i_begin = chunk * rows_per_chunk, i_end = min(I, i_begin + rows_per_chunk);
+        __syncthreads();  // the previous tile's row 0 has read sums
+        if (r < R) {
+            for (int q = threadIdx.x % groups; q < groups; q += q_step) {
+                V acc = {};
+                for (int i = i_begin + r; i < i_end; i += R) {
+                    const long long bi = (long long)b * I + i;
+                    add_scaled(acc, ((const V*)(u_hat + bi * jd_count))[q], c[bi * J + q * width / D]);
+                }
+                if (R == 1)
+                    ((V*)(partial + ((long long)b * chunks + chunk) * jd_count))[q] = acc;
+                else
+                    sums[r * groups + q] = acc;
+            }
+        }
+        if (R > 1) {
+            __syncthreads();
+            if (r == 0) {
+                const int q = threadIdx.x;
+                V total = sums[q];
+                for (int row = 1; row < R; ++row) add_to(total, sums[row * groups + q]);
+                ((V*)(partial + ((long long)b * chunks + chunk) * jd_count))[q] = total;
+            }
         }
     }
-    partial[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && jd < jd_count) {
-        T total = T(0);
-        for (int t = 0; t < ROUTING_TY; ++t) total += partial[t][threadIdx.x];
-        s[b * jd_count + jd] = total;
+}
+
+template <typename T>
+__device__ void weighted_sum_partial_impl(const T* __restrict__ c, const T* __restrict__ u_hat, T* __restrict__ partial,
+                                          int B, int I, int J, int D, int chunks, int rows_per_chunk, int vec)
+{
+    typedef RoutingVec<T> Rv;
+    if (vec)
+        weighted_sum_tiles<T, typename Rv::type, Rv::width>(c, u_hat, partial, B, I, J, D, chunks, rows_per_chunk);
+    else
+        weighted_sum_tiles<T, T, 1>(c, u_hat, partial, B, I, J, D, chunks, rows_per_chunk);
+}
+
+template <typename T>
+__device__ void weighted_sum_finish_impl(const T* __restrict__ partial, T* __restrict__ s, int B, int jd_count, int chunks)
+{
+    const long long total = (long long)B * jd_count;
+    const long long step = (long long)blockDim.x * gridDim.x;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += step) {
+        const long long b = idx / jd_count, jd = idx - b * jd_count;
+        T acc = T(0);
+        for (int chunk = 0; chunk < chunks; ++chunk) acc += partial[(b * chunks + chunk) * jd_count + jd];
+        s[idx] = acc;
     }
 }
 
 template <typename T>
 __device__ void routing_agreement_impl(const T* __restrict__ u_hat, const T* __restrict__ v, T* __restrict__ a,
-                                       int B, int I, int J, int D)
+                                       int B, int I, int J, int D, int vec)
 {
-    const long long total = (long long)B * I * J;
-    const long long step = (long long)blockDim.x * gridDim.x;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += step) {
-        const long long j = idx % J;
-        const long long b = idx / ((long long)I * J);
-        const T* u_row = u_hat + idx * D;
-        const T* v_row = v + (b * J + j) * D;
-        T acc = T(0);
-        for (int d = 0; d < D; ++d) acc += u_row[d] * v_row[d];
-        a[idx] = acc;
+    typedef typename RoutingVec<T>::type V;
+    constexpr int width = RoutingVec<T>::width;
+    T* v_s = (T*)dynamic_shared_memory();  // v[b]: (J, D)
+    const int jd_count = J * D;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int rows_per_tile = warps * AGREEMENT_ROWS_PER_WARP;
+    const int tiles_per_b = (I + rows_per_tile - 1) / rows_per_tile;
+    for (int tile = blockIdx.x; tile < B * tiles_per_b; tile += gridDim.x) {
+        const int b = tile / tiles_per_b;
+        __syncthreads();  // the previous tile is done with v_s
+        for (int e = threadIdx.x; e < jd_count; e += blockDim.x) v_s[e] = v[(long long)b * jd_count + e];
+        __syncthreads();
+        const int i_first = (tile - b * tiles_per_b) * rows_per_tile + warp * AGREEMENT_ROWS_PER_WARP;
+        for (int i = i_first; i < min(I, i_first + AGREEMENT_ROWS_PER_WARP); ++i) {
+            const T* row = u_hat + ((long long)b * I + i) * jd_count;
+            T* out = a + ((long long)b * I + i) * J;
+            if (vec) {
+                const int group = D / width;  // lanes per j: a power of two up to 32
+                for (int base = 0; base < jd_count / width; base += 32) {
+                    const int q = base + lane;
+                    T part = q < jd_count / width ? dot(((const V*)row)[q], ((const V*)v_s)[q]) : T(0);
+                    for (int offset = group / 2; offset > 0; offset /= 2)
+                        part += __shfl_xor_sync(0xffffffffu, part, offset);
+                    if (q < jd_count / width && lane % group == 0) out[q / group] = part;
+                }
+            } else {
+                for (int j = 0; j < J; ++j) {
+                    T part = T(0);
+                    for (int d = lane; d < D; d += 32) part += row[j * D + d] * v_s[j * D + d];
+                    for (int offset = 16; offset > 0; offset /= 2) part += __shfl_xor_sync(0xffffffffu, part, offset);
+                    if (lane == 0) out[j] = part;
+                }
+            }
+        }
     }
 }
 
-extern "C" __global__ void routing_weighted_sum_f32(const float* __restrict__ c, const float* __restrict__ u_hat, float* __restrict__ s, int B, int I, int J, int D)
+// All routing iterations for one example per block (a grid-stride loop over b). Shared memory:
+// s and v (J*D each) and R*J*D partial sums; the logits and couplings of example b live in the
+// (B, I, J) outputs, which only this block touches. Matches the engine's ops: softmax over J with
+// the row maximum subtracted, squash(s) = |s|^2/(1+|s|^2) * s/sqrt(|s|^2+eps).
+template <typename T>
+__device__ void routing_forward_impl(const T* __restrict__ u_hat, T* __restrict__ v_out, T* __restrict__ c_out,
+                                     T* __restrict__ logits, int B, int I, int J, int D, int iterations, T eps)
 {
-    routing_weighted_sum_impl<float>(c, u_hat, s, B, I, J, D);
+    const int jd_count = J * D;
+    const int R = max(1, (int)blockDim.x / jd_count), r = threadIdx.x / jd_count;
+    const int jd_step = min(jd_count, (int)blockDim.x);
+    T* v_s = (T*)dynamic_shared_memory();  // (J, D)
+    T* sums = v_s + jd_count;              // (R, J, D)
+    for (int b = blockIdx.x; b < B; b += gridDim.x) {
+        const T* u_b = u_hat + (long long)b * I * jd_count;
+        T* c_b = c_out + (long long)b * I * J;
+        T* l_b = logits + (long long)b * I * J;
+        __syncthreads();  // the previous example is done with shared memory
+        for (int e = threadIdx.x; e < I * J; e += blockDim.x) l_b[e] = T(0);
+        for (int it = 0; it < iterations; ++it) {
+            __syncthreads();
+            for (int i = threadIdx.x; i < I; i += blockDim.x) {  // c = softmax over J
+                T top = l_b[i * J];
+                for (int j = 1; j < J; ++j) top = max(top, l_b[i * J + j]);
+                T total = T(0);
+                for (int j = 0; j < J; ++j) total += exp(l_b[i * J + j] - top);
+                for (int j = 0; j < J; ++j) c_b[i * J + j] = exp(l_b[i * J + j] - top) / total;
+            }
+            __syncthreads();
+            if (r < R) {  // s = sum_i c u_hat, rows split over R thread rows
+                for (int jd = threadIdx.x % jd_count; jd < jd_count; jd += jd_step) {
+                    T acc = T(0);
+                    for (int i = r; i < I; i += R) acc += c_b[i * J + jd / D] * u_b[(long long)i * jd_count + jd];
+                    sums[r * jd_count + jd] = acc;
+                }
+            }
+            __syncthreads();
+            for (int j = threadIdx.x; j < J; j += blockDim.x) {  // add the rows in order, then squash
+                T norm2 = T(0);
+                for (int d = 0; d < D; ++d) {
+                    T s = sums[j * D + d];
+                    for (int row = 1; row < R; ++row) s += sums[row * jd_count + j * D + d];
+                    v_s[j * D + d] = s;
+                    norm2 += s * s;
+                }
+                const T scale = norm2 / (T(1) + norm2) / sqrt(norm2 + eps);
+                for (int d = 0; d < D; ++d) v_s[j * D + d] *= scale;
+            }
+            __syncthreads();
+            if (it + 1 < iterations) {  // b += u_hat . v
+                for (int e = threadIdx.x; e < I * J; e += blockDim.x) {
+                    const int i = e / J, j = e - i * J;
+                    const T* row = u_b + (long long)i * jd_count + j * D;
+                    T acc = T(0);
+                    for (int d = 0; d < D; ++d) acc += row[d] * v_s[j * D + d];
+                    l_b[e] += acc;
+                }
+            }
+        }
+        for (int e = threadIdx.x; e < jd_count; e += blockDim.x) v_out[(long long)b * jd_count + e] = v_s[e];
+    }
 }
 
-extern "C" __global__ void routing_weighted_sum_f64(const double* __restrict__ c, const double* __restrict__ u_hat, double* __restrict__ s, int B, int I, int J, int D)
+}  // namespace routing_kernels
+
+extern "C" __global__ void routing_weighted_sum_partial_f32(const float* __restrict__ c, const float* __restrict__ u_hat, float* __restrict__ partial, int B, int I, int J, int D, int chunks, int rows_per_chunk, int vec)
 {
-    routing_weighted_sum_impl<double>(c, u_hat, s, B, I, J, D);
+    routing_kernels::weighted_sum_partial_impl<float>(c, u_hat, partial, B, I, J, D, chunks, rows_per_chunk, vec);
 }
 
-extern "C" __global__ void routing_agreement_f32(const float* __restrict__ u_hat, const float* __restrict__ v, float* __restrict__ a, int B, int I, int J, int D)
+extern "C" __global__ void routing_weighted_sum_partial_f64(const double* __restrict__ c, const double* __restrict__ u_hat, double* __restrict__ partial, int B, int I, int J, int D, int chunks, int rows_per_chunk, int vec)
 {
-    routing_agreement_impl<float>(u_hat, v, a, B, I, J, D);
+    routing_kernels::weighted_sum_partial_impl<double>(c, u_hat, partial, B, I, J, D, chunks, rows_per_chunk, vec);
 }
 
-extern "C" __global__ void routing_agreement_f64(const double* __restrict__ u_hat, const double* __restrict__ v, double* __restrict__ a, int B, int I, int J, int D)
+extern "C" __global__ void routing_weighted_sum_finish_f32(const float* __restrict__ partial, float* __restrict__ s, int B, int jd_count, int chunks)
 {
-    routing_agreement_impl<double>(u_hat, v, a, B, I, J, D);
+    routing_kernels::weighted_sum_finish_impl<float>(partial, s, B, jd_count, chunks);
+}
+
+extern "C" __global__ void routing_weighted_sum_finish_f64(const double* __restrict__ partial, double* __restrict__ s, int B, int jd_count, int chunks)
+{
+    routing_kernels::weighted_sum_finish_impl<double>(partial, s, B, jd_count, chunks);
+}
+
+extern "C" __global__ void routing_agreement_f32(const float* __restrict__ u_hat, const float* __restrict__ v, float* __restrict__ a, int B, int I, int J, int D, int vec)
+{
+    routing_kernels::routing_agreement_impl<float>(u_hat, v, a, B, I, J, D, vec);
+}
+
+extern "C" __global__ void routing_agreement_f64(const double* __restrict__ u_hat, const double* __restrict__ v, double* __restrict__ a, int B, int I, int J, int D, int vec)
+{
+    routing_kernels::routing_agreement_impl<double>(u_hat, v, a, B, I, J, D, vec);
+}
+
+extern "C" __global__ void routing_forward_f32(const float* __restrict__ u_hat, float* __restrict__ v, float* __restrict__ c, float* __restrict__ logits, int B, int I, int J, int D, int iterations, float eps)
+{
+    routing_kernels::routing_forward_impl<float>(u_hat, v, c, logits, B, I, J, D, iterations, eps);
+}
+
+extern "C" __global__ void routing_forward_f64(const double* __restrict__ u_hat, double* __restrict__ v, double* __restrict__ c, double* __restrict__ logits, int B, int I, int J, int D, int iterations, double eps)
+{
+    routing_kernels::routing_forward_impl<double>(u_hat, v, c, logits, B, I, J, D, iterations, eps);
 }

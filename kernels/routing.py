@@ -1,42 +1,124 @@
-"""Launchers for routing.cu: the weighted sum s = sum_i c u_hat and the agreement a = u_hat . v.
+"""Launchers for routing.cu: the weighted sum s = sum_i c u_hat, the agreement a = u_hat . v,
+and the forward-only fused routing.
 
 Shapes: c and a (B, I, J), u_hat (B, I, J, D), s and v (B, J, D).
 """
 from __future__ import annotations
 
-from .launch import DEFAULT_THREADS, KernelLaunch, check_int32, default_runner, empty_like_output, grid_for, i32, \
-    prepare, suffix
+import numpy as np
 
-# Must match ROUTING_TX and ROUTING_TY in routing.cu.
-WEIGHTED_SUM_BLOCK = (32, 8)
+from .capsule import VECTOR_BYTES, aligned
+from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, block_limit, check_int32, default_runner, \
+    empty_like_output, grid_for, i32, prepare, suffix
+
+# Must match AGREEMENT_ROWS_PER_WARP in routing.cu.
+AGREEMENT_ROWS_PER_WARP = 4
+# The weighted sum splits I into chunks until about this many tiles (blocks) exist: enough to
+# fill an H100's 132 SMs several times over. Depends on B and I only, so results do too.
+WEIGHTED_SUM_TILES = 2048
+FORWARD_THREADS = 1024
 
 
-def routing_weighted_sum(c, u_hat, runner=None):
-    """s[b,j,d] = sum_i c[b,i,j] u_hat[b,i,j,d]: c (B,I,J), u_hat (B,I,J,D) -> (B,J,D), deterministic."""
+def _vector_width(dtype) -> int:
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def weighted_sum_chunks(b: int, i: int) -> int:
+    """How many chunks of I the weighted sum's first pass uses for a batch of ``b``."""
+    return max(1, min(i, -(-WEIGHTED_SUM_TILES // max(b, 1))))
+
+
+def routing_weighted_sum(c, u_hat, runner=None, threads: int = DEFAULT_THREADS):
+    """s[b,j,d] = sum_i c[b,i,j] u_hat[b,i,j,d]: c (B,I,J), u_hat (B,I,J,D) -> (B,J,D), deterministic.
+
+    Two launches: partial sums per (b, chunk of I) tile, then the chunks added in order."""
     xp, (c, u_hat) = prepare("routing_weighted_sum", {"c": c, "u_hat": u_hat}, {"c": 3, "u_hat": 4})
     if c.shape != u_hat.shape[:3]:
         raise ValueError(f"routing_weighted_sum: c of shape {tuple(c.shape)} does not fit u_hat of shape {tuple(u_hat.shape)}")
     b, i, j, d = u_hat.shape
-    check_int32("routing_weighted_sum", B=b, I=i, JD=j * d)
-    if b > 65535:
-        raise ValueError(f"routing_weighted_sum: batch {b} exceeds the grid's 65535 rows")
-    s = empty_like_output(xp, (b, j, d), u_hat.dtype)
-    tx, ty = WEIGHTED_SUM_BLOCK
-    launch = KernelLaunch("routing.cu", f"routing_weighted_sum_{suffix(s.dtype)}", (-(-(j * d) // tx), b), (tx, ty),
-                          (c, u_hat, s) + i32(b, i, j, d), outputs=(2,))
-    (runner or default_runner([c]))(launch)
+    check_int32("routing_weighted_sum", B=b, I=i, JD=j * d, BIJD=u_hat.size)
+    s = empty_like_output(xp, (b, j, d), u_hat.dtype, like=u_hat)
+    if s.size == 0:
+        return s
+    if i == 0:
+        s[...] = 0
+        return s
+    runner = runner or default_runner([c])
+    chunks = weighted_sum_chunks(b, i)
+    rows_per_chunk = -(-i // chunks)
+    chunks = -(-i // rows_per_chunk)  # no empty chunk
+    partial = empty_like_output(xp, (b, chunks, j * d), u_hat.dtype, like=u_hat)
+    width = _vector_width(u_hat.dtype)
+    vec = int(d % width == 0 and aligned(u_hat) and aligned(partial))
+    groups = j * d // width if vec else j * d
+    rows = max(1, threads // groups)
+    shared = rows * groups * (width if vec else 1) * u_hat.itemsize if rows > 1 else 0
+    if shared > MAX_SHARED_BYTES:
+        raise ValueError(f"routing_weighted_sum: {threads} threads need {shared} bytes of shared memory")
+    runner(KernelLaunch("routing.cu", f"routing_weighted_sum_partial_{suffix(s.dtype)}",
+                        (min(b * chunks, block_limit(runner)),), (threads,),
+                        (c, u_hat, partial) + i32(b, i, j, d, chunks, rows_per_chunk, vec), outputs=(2,),
+                        shared_mem=shared))
+    runner(KernelLaunch("routing.cu", f"routing_weighted_sum_finish_{suffix(s.dtype)}",
+                        grid_for(s.size, threads, runner), (threads,), (partial, s) + i32(b, j * d, chunks),
+                        outputs=(1,)))
     return s
 
 
 def routing_agreement(u_hat, v, runner=None, threads: int = DEFAULT_THREADS):
-    """a[b,i,j] = sum_d u_hat[b,i,j,d] v[b,j,d]: u_hat (B,I,J,D), v (B,J,D) -> (B,I,J)."""
+    """a[b,i,j] = sum_d u_hat[b,i,j,d] v[b,j,d]: u_hat (B,I,J,D), v (B,J,D) -> (B,I,J).
+
+    One warp per (b, i) row, v[b] in shared memory, a shuffle reduction per j."""
     xp, (u_hat, v) = prepare("routing_agreement", {"u_hat": u_hat, "v": v}, {"u_hat": 4, "v": 3})
     b, i, j, d = u_hat.shape
     if v.shape != (b, j, d):
         raise ValueError(f"routing_agreement: v of shape {tuple(v.shape)} does not fit u_hat of shape {tuple(u_hat.shape)}")
-    check_int32("routing_agreement", B=b, I=i, J=j, D=d)
-    a = empty_like_output(xp, (b, i, j), u_hat.dtype)
-    launch = KernelLaunch("routing.cu", f"routing_agreement_{suffix(a.dtype)}", grid_for(a.size, threads), (threads,),
-                          (u_hat, v, a) + i32(b, i, j, d), outputs=(2,))
-    (runner or default_runner([u_hat]))(launch)
+    check_int32("routing_agreement", B=b, I=i, J=j, D=d, BIJD=u_hat.size)
+    if threads % 32:
+        raise ValueError(f"routing_agreement: threads must be a multiple of 32 (whole warps), got {threads}")
+    a = empty_like_output(xp, (b, i, j), u_hat.dtype, like=u_hat)
+    if a.size == 0:
+        return a
+    if d == 0:
+        a[...] = 0
+        return a
+    runner = runner or default_runner([u_hat])
+    width = _vector_width(u_hat.dtype)
+    group = d // width
+    vec = int(d % width == 0 and group <= 32 and group & (group - 1) == 0 and aligned(u_hat))
+    shared = j * d * u_hat.itemsize
+    if shared > MAX_SHARED_BYTES:
+        raise ValueError(f"routing_agreement: v[b] of J*D = {j * d} values does not fit shared memory")
+    tiles = b * -(-i // (threads // 32 * AGREEMENT_ROWS_PER_WARP))
+    runner(KernelLaunch("routing.cu", f"routing_agreement_{suffix(a.dtype)}", (min(tiles, block_limit(runner)),),
+                        (threads,), (u_hat, v, a) + i32(b, i, j, d, vec), outputs=(2,), shared_mem=shared))
     return a
+
+
+def routing_forward(u_hat, iterations: int, eps: float = 1e-8, runner=None, threads: int = FORWARD_THREADS):
+    """Dynamic routing without a gradient, all iterations in one launch (one block per example).
+
+    Computes, from logits b = 0, ``iterations`` times: c = softmax_J(b); s = sum_i c u_hat;
+    v = squash(s, eps); and, but for the last time, b += u_hat . v. u_hat (B,I,J,D) ->
+    (v (B,J,D), c (B,I,J) of the last iteration, b (B,I,J) of the last iteration)."""
+    xp, (u_hat,) = prepare("routing_forward", {"u_hat": u_hat}, {"u_hat": 4})
+    if iterations < 1:
+        raise ValueError(f"routing_forward: iterations must be >= 1, got {iterations}")
+    b, i, j, d = u_hat.shape
+    check_int32("routing_forward", B=b, I=i, J=j, D=d, BIJD=u_hat.size, IJ=i * j)
+    if min(b, i, j, d) == 0:
+        raise ValueError(f"routing_forward: u_hat of shape {tuple(u_hat.shape)} has an empty axis")
+    v = empty_like_output(xp, (b, j, d), u_hat.dtype, like=u_hat)
+    c = empty_like_output(xp, (b, i, j), u_hat.dtype, like=u_hat)
+    logits = empty_like_output(xp, (b, i, j), u_hat.dtype, like=u_hat)
+    runner = runner or default_runner([u_hat])
+    rows = max(1, threads // (j * d))
+    shared = (1 + rows) * j * d * u_hat.itemsize
+    if shared > MAX_SHARED_BYTES:
+        raise ValueError(f"routing_forward: J*D = {j * d} values per example do not fit shared memory with "
+                         f"{threads} threads")
+    eps_scalar = u_hat.dtype.type(eps)
+    runner(KernelLaunch("routing.cu", f"routing_forward_{suffix(u_hat.dtype)}", (min(b, block_limit(runner)),),
+                        (threads,), (u_hat, v, c, logits) + i32(b, i, j, d, iterations) + (eps_scalar,),
+                        outputs=(1, 2, 3), shared_mem=shared))
+    return v, c, logits

@@ -14,14 +14,26 @@ def _label_array(labels, xp):
     return xp.asarray(data)
 
 
-def margin_loss(lengths, labels, m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5) -> Tensor:
-    """Per-example margin loss: sum_k T_k max(0, m+ - |v_k|)^2 + down_weight (1 - T_k) max(0, |v_k| - m-)^2.
+MARGIN_CONVENTIONS = ("paper", "official")
+
+
+def margin_loss(lengths, labels, m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5,
+                convention: str = "paper") -> Tensor:
+    """Per-example margin loss on capsule lengths.
+
+    ``"paper"`` (Sabour et al. eq. 4): sum_k T_k max(0, m+ - |v_k|)^2 + down_weight (1 - T_k) max(0, |v_k| - m-)^2.
+    ``"official"`` (Sarasra/models research/capsules, models/layers/layers.py ``_margin_loss`` and
+    ``evaluate``): each class costs 0.5 T_k max(0, m+ - |v_k|)^2 + 0.5 down_weight (1 - T_k)
+    max(0, |v_k| - m-)^2 and the batch loss is the mean over the batch and the K classes, so the
+    per-example value here is the mean over classes: the paper's sum times 1/(2K).
 
     Args:
         lengths: (B, K) capsule lengths. labels: (B,) integer classes (NumPy array or Tensor).
     Returns:
-        (B,) loss per example.
+        (B,) loss per example (its batch mean is the batch loss under either convention).
     """
+    if convention not in MARGIN_CONVENTIONS:
+        raise ValueError(f"margin_loss: convention must be one of {MARGIN_CONVENTIONS}, got {convention!r}")
     if lengths.ndim != 2:
         raise ValueError(f"margin_loss: expected lengths (B, K), got shape {lengths.shape}")
     y = _label_array(labels, lengths.xp)
@@ -30,7 +42,10 @@ def margin_loss(lengths, labels, m_plus: float = 0.9, m_minus: float = 0.1, down
     target = F.one_hot(y, lengths.shape[1], dtype=lengths.dtype)
     present = F.relu(m_plus - lengths) ** 2
     absent = F.relu(lengths - m_minus) ** 2
-    return F.sum(target * present + down_weight * (1 - target) * absent, axis=1)
+    per_class = target * present + down_weight * (1 - target) * absent
+    if convention == "official":
+        return F.mean(0.5 * per_class, axis=1)
+    return F.sum(per_class, axis=1)
 
 
 def _as_pixels(images, like: Tensor) -> Tensor:
@@ -49,7 +64,12 @@ def reconstruction_loss(reconstruction, images) -> Tensor:
 
 
 def capsule_loss(lengths, reconstruction, images, labels, reconstruction_weight: float = 0.0005,
-                 m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5) -> Tensor:
-    """Batch mean of margin_loss + reconstruction_weight * reconstruction_loss; a scalar Tensor."""
-    margin = margin_loss(lengths, labels, m_plus, m_minus, down_weight)
+                 m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5,
+                 convention: str = "paper") -> Tensor:
+    """Batch mean of margin_loss (of ``convention``) + reconstruction_weight * reconstruction_loss; a scalar Tensor.
+
+    The reconstruction term is the same in both conventions (the official code's
+    ``0.0005 * reduce_mean(reduce_sum(squared error))``, layers.py ``reconstruction``).
+    """
+    margin = margin_loss(lengths, labels, m_plus, m_minus, down_weight, convention)
     return F.mean(margin + reconstruction_weight * reconstruction_loss(reconstruction, images))

@@ -4,59 +4,106 @@ A checkpoint holds the model, the optimizer, the scheduler, the engine's RNG sta
 number of batches already done in that epoch and the running sums of its metrics, so a resumed run
 (after Ctrl-C too) produces the same metrics as one that was never interrupted: shuffling and
 augmentation are drawn per (seed, epoch, batch), never from a stream that a restart would reset.
+
+Crash consistency (see ``run_state``): the checkpoint is the single source of truth. A batch (its
+forward, backward, optimizer step and counters) and an epoch's commit (its metrics line, the
+schedule step, ``best.npz`` and ``last.npz``) are critical sections that a second Ctrl-C or SIGTERM
+cannot cut. The metrics line is appended and fsynced before ``last.npz`` is written; on resume, the
+lines beyond the checkpoint's epoch are dropped (the file is rewritten atomically), so no epoch can
+appear twice. SIGTERM is handled like Ctrl-C (stop after the batch, save, exit 143). A run whose loss
+or weights become non-finite stops with ``TrainingDiverged`` and keeps the last good checkpoint.
+The run folder is created only once the first batch has trained.
 """
 from __future__ import annotations
 
-import contextlib
 import json
+import math
+import os
 import signal
-import threading
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 import tinygrad_caps as tc
-from tinygrad_caps.datasets import BatchIterator, load_dataset
+from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
 
+from .baseline_cnn import BaselineCNN
 from .capsnet import CapsNet
+from .gradflow_log import GradflowLog
+from .checkpoint_schema import validate_config, validate_model_state, validate_optimizer, validate_training_checkpoint
+from .errors import TrainingDiverged, UsageError
+from .resources import check_fits
+from .run_state import (Interrupted, StopSignals, append_metrics_line, crash_point, keep_metrics_through_epoch,
+                        remove_stale_temporaries, write_text_atomically)
 from .losses import margin_loss, reconstruction_loss
 
 MODEL_OPTIONS = ("routing_iterations", "routing_gradient", "decoder", "conv1_channels", "primary_types",
-                 "primary_dim", "digit_dim", "kernel_size")
+                 "primary_dim", "digit_dim", "kernel_size", "hidden_capsules", "capsule_bias", "routing",
+                 "conventions", "leaky_routing")
+MODELS = ("capsnet", "cnn")
 
 
-def build_model(config: dict) -> CapsNet:
-    """A CapsNet with the image geometry (in_channels, image_size, num_classes) and model options in ``config``."""
-    kwargs = {k: config[k] for k in MODEL_OPTIONS if k in config}
-    return CapsNet(in_channels=config["in_channels"], image_size=config["image_size"],
-                   num_classes=config["num_classes"], **kwargs)
+def build_model(config: dict):
+    """The model ``config["model"]`` names ("capsnet", the default, or "cnn", the paper's BaselineCNN)
+    with the image geometry (in_channels, image_size, num_classes) and model options in ``config``."""
+    kind = config.get("model") or "capsnet"
+    geometry = dict(in_channels=config["in_channels"], image_size=config["image_size"], num_classes=config["num_classes"])
+    if kind == "cnn":
+        sizes = {k: config[key] for k, key in (("channels", "cnn_channels"), ("hidden", "cnn_hidden"),
+                                               ("dropout", "dropout")) if config.get(key) is not None}
+        return BaselineCNN(**geometry, **sizes)
+    if kind != "capsnet":
+        raise ValueError(f"unknown model {kind!r}; choose one of {MODELS}")
+    kwargs = {k: config[k] for k in MODEL_OPTIONS if config.get(k) is not None}
+    return CapsNet(**geometry, **kwargs)
 
 
 def limited(images, labels, limit):
     return (images, labels) if not limit else (images[:limit], labels[:limit])
 
 
-def batch_losses(model, x, y, reconstruction_weight, train: bool):
+def batch_losses(model, x, y, reconstruction_weight, train: bool, traces=None):
     """(mean loss, per-example margin and reconstruction losses, predicted classes) for one batch.
 
-    The decoder is masked by the labels when ``train``, by the prediction otherwise.
+    With a list as ``traces``, a CapsNet's forward also records its routing traces, set to record
+    the gradient norm of every path in the coming backward, and appends them to that list.
+
+    The decoder is masked by the labels when ``train``, by the prediction otherwise; the margin
+    loss follows the model's ``conventions``. For a BaselineCNN the "margin" entries hold the
+    per-example cross-entropy and the reconstruction entries are zero.
     """
-    v, lengths, reconstruction = model(tc.tensor(x, device=model.device), y if train else None)
-    margin = margin_loss(lengths, y)
-    recon = reconstruction_loss(reconstruction, tc.tensor(x, device=model.device))
+    if isinstance(model, BaselineCNN):
+        logits = model(tc.tensor(x, device=model.device))
+        cross_entropy = tc.functional.cross_entropy(logits, y, reduction="none")
+        predicted = tc.backend.to_numpy(logits.data.argmax(axis=1))
+        return tc.functional.mean(cross_entropy), cross_entropy, cross_entropy * 0.0, predicted
+    images = tc.tensor(x, device=model.device)  # one upload per batch, used by the model and the loss
+    outputs = model(images, y if train else None, return_trace=traces is not None)
+    v, lengths, reconstruction = outputs[:3]
+    if traces is not None:
+        traces.extend(trace.track_grad_norms() for trace in outputs[3])
+    margin = margin_loss(lengths, y, convention=model.config.get("conventions", "paper"))
+    recon = reconstruction_loss(reconstruction, images)
     loss = tc.functional.mean(margin + reconstruction_weight * recon)
     predicted = tc.backend.to_numpy(lengths.data.argmax(axis=1))
     return loss, margin, recon, predicted
 
 
-def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weight=0.0005, progress=None):
-    """Accuracy, mean losses and the confusion matrix (rows: true class) on a dataset, no augmentation."""
+def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weight=0.0005, progress=None,
+             preprocess=None, shard=(0, 1)):
+    """Accuracy, mean losses and the confusion matrix (rows: true class) on a dataset, no augmentation.
+
+    ``preprocess`` turns the stored uint8 images into the model's input (a dataset's
+    ``test_preprocess``; default: pixels / 255). With ``shard=(rank, world_size)`` every rank
+    evaluates its part of each batch and the totals are summed over the ranks (a collective).
+    """
     model.eval()
     confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
     total_loss = total_margin = total_recon = 0.0
     with tc.no_grad():
-        for x, y in BatchIterator(images, labels, batch_size):
+        for x, y in BatchIterator(images, labels, batch_size, preprocess=preprocess, shard=shard):
             loss, margin, recon, predicted = batch_losses(model, x, y, reconstruction_weight, train=False)
             np.add.at(confusion, (y, predicted), 1)
             total_loss += loss.item() * len(y)
@@ -64,6 +111,10 @@ def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weig
             total_recon += float(tc.backend.to_numpy(recon.data).sum())
             if progress is not None:
                 progress.update(len(y))
+    if shard[1] > 1:
+        totals = np.array([total_loss, total_margin, total_recon])
+        tc.distributed.all_reduce(confusion)
+        total_loss, total_margin, total_recon = tc.distributed.all_reduce(totals).tolist()
     n = max(1, int(confusion.sum()))
     return {"accuracy": float(np.trace(confusion) / n), "loss": total_loss / n, "margin_loss": total_margin / n,
             "reconstruction_loss": total_recon / n, "confusion": confusion}
@@ -80,49 +131,134 @@ def _progress(total, description, enabled):
 class Trainer:
     """One training run: the data, the model, the optimizer and schedule, and the run folder."""
 
+    shard = (0, 1)        # (rank, world_size); distributed_training.DistributedTrainer sets both
+    writes_files = True
+
     def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print):
         if config["batch_size"] < 1:
-            raise ValueError(f"batch size must be positive, got {config['batch_size']}")
+            raise UsageError(f"batch size must be positive, got {config['batch_size']}")
         self.out_dir, self.show_progress, self.log = Path(out_dir), show_progress, log
         self.last_path = self.out_dir / "checkpoints" / "last.npz"
-        device = tc.backend.normalize_device(config.get("device", "auto"))
+        self.signals, self.folder_ready, self.stdout_closed = StopSignals(), False, False
+        device = device_or_usage_error(config.get("device", "auto"))
+        # The registry gives the geometry and preprocessing; "image_size"/"channels" choose an image folder's.
+        self.spec = dataset_spec(config["dataset"], config.get("data_dir"), config.get("image_size"),
+                                 config.get("channels"))
         self.train_images, self.train_labels = limited(
-            *load_dataset(config["dataset"], "train", config.get("data_dir")), config.get("limit_train"))
+            *self.spec.load("train", config.get("data_dir")), config.get("limit_train"))
         self.test_images, self.test_labels = limited(
-            *load_dataset(config["dataset"], "test", config.get("data_dir")), config.get("limit_test"))
-        _, channels, height, width = self.train_images.shape
-        if height != width:
-            raise ValueError(f"CapsNet needs square images, got {height}x{width}")
-        self.config = dict(config, in_channels=channels, image_size=height,
-                           num_classes=int(max(self.train_labels.max(), self.test_labels.max()) + 1))
+            *self.spec.load("test", config.get("data_dir")), config.get("limit_test"))
+        self.config = dict(config, in_channels=self.spec.channels, image_size=self.spec.image_size,
+                           num_classes=self.spec.num_classes)
+        if self.config.get("augment") == "default":
+            self.config["augment"] = self.spec.augment
         self.weight = config.get("reconstruction_weight", 0.0005)
+        folder = find_dataset_dir(config["dataset"], config.get("data_dir"))
+        self._say(f"data: {config['dataset']}{f' from {folder}' if folder else ''}, {len(self.train_labels)} training "
+                  f"and {len(self.test_labels)} test images, {self.spec.num_classes} classes")
 
+        self.resuming = resume and self.last_path.exists()
+        checkpoint = self._load_checkpoint() if self.resuming else None
+        if self.resuming:
+            self._keep_checkpoint_model_options(checkpoint["config"])
+        if (self.config.get("model") or "capsnet") == "capsnet":
+            check_fits(self.config, min(config["batch_size"], len(self.train_labels)), config.get("dtype", "float32"))
         tc.manual_seed(config["seed"])
         self.model = build_model(self.config).to(device=device, dtype=config.get("dtype", "float32"))
         self.optimizer = tc.optim.Adam(self.model.parameters(), lr=config["lr"])
         self.scheduler = tc.optim.ExponentialLR(self.optimizer, gamma=config["lr_decay"])
         self.loader = BatchIterator(self.train_images, self.train_labels, config["batch_size"], shuffle=True,
-                                    augment=config.get("augment"), seed=config["seed"])
+                                    augment=self.config.get("augment"), seed=config["seed"],
+                                    preprocess=self.spec.train_preprocess, shard=self.shard)
         self.state = {"epoch": 0, "step": 0, "sums": _zero_sums(), "best_accuracy": -1.0, "seconds": 0.0}
-        resuming = resume and self.last_path.exists()
-        if resuming:
-            self.restore(tc.load(self.last_path))
+        every = config.get("log_gradflow")
+        self.gradflow_log = GradflowLog(self.out_dir / "gradflow.jsonl", every, fresh=not self.resuming) if every else None
+        if self.resuming:
+            self.restore(checkpoint)
         elif resume:
-            log(f"nothing to resume in {self.out_dir}; starting afresh")
+            self._say(f"nothing to resume in {self.out_dir}; starting afresh")
+
+    def _load_checkpoint(self) -> dict:
+        """``last.npz``, with its whole structure validated (warnings printed to stderr)."""
+        checkpoint = tc.load(self.last_path)
+        for warning in validate_training_checkpoint(checkpoint, self.last_path):
+            print(f"tinygrad-caps: warning: {warning}", file=sys.stderr)
+        return checkpoint
+
+    def ensure_run_folder(self) -> None:
+        """Create the run folder (once the first batch has trained): ``config.json``, ``metrics.jsonl``
+        (emptied, or cut to the checkpoint's epochs on resume) and ``checkpoints/`` without stale temporaries."""
+        if self.folder_ready:
+            return
         self.last_path.parent.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "config.json").write_text(json.dumps(dict(self.config, version=tc.__version__), indent=2))
-        if not resuming:
-            (self.out_dir / "metrics.jsonl").write_text("")
+        remove_stale_temporaries(self.last_path.parent)
+        write_text_atomically(self.out_dir / "config.json",
+                              json.dumps(dict(self.config, version=tc.__version__), indent=2))
+        metrics = self.out_dir / "metrics.jsonl"
+        if self.resuming:
+            dropped = keep_metrics_through_epoch(metrics, self.state["epoch"])
+            if dropped:
+                self._say(f"dropped {dropped} line{'s' * (dropped > 1)} of {metrics} beyond the checkpoint's "
+                          f"epoch {self.state['epoch']}")
+        else:
+            write_text_atomically(metrics, "")
+        self.folder_ready = True
+        self._say(f"run folder: {self.out_dir}")
+
+    def _say(self, text: str) -> None:
+        """Log ``text``; if stdout is a closed pipe, silence it and ask the run to stop and save."""
+        try:
+            self.log(text)
+        except BrokenPipeError:
+            self.stdout_closed = True
+            _silence_stdout()
+
+    def _check_finite_weights(self, what: str) -> None:
+        for name, p in self.model.named_parameters():
+            if not bool(p.xp.isfinite(p.data).all()):
+                raise TrainingDiverged(f"{what}: parameter {name} became non-finite (NaN or Inf); "
+                                       f"{self._last_good()}; try a smaller --lr")
+
+    def _last_good(self) -> str:
+        if self.last_path.exists():
+            return f"the last good checkpoint {self.last_path} is kept"
+        return "no checkpoint was written"
+
+    def _keep_checkpoint_model_options(self, saved: dict):
+        """On --resume the model is the checkpoint's: its model options (conventions, hidden
+        capsules, ...) replace those of the command line, and any that differed are reported."""
+        for key in ("model",) + MODEL_OPTIONS:
+            if key in saved and saved[key] != self.config.get(key):
+                if self.config.get(key) is not None:
+                    self.log(f"--resume: keeping the checkpoint's {key}={saved[key]!r} (not {self.config[key]!r})")
+                self.config[key] = saved[key]
 
     def restore(self, checkpoint):
-        self.model.load_state_dict(checkpoint["model"])
+        validate_optimizer(checkpoint["optimizer"], self.last_path, [p.shape for p in self.optimizer.params])
+        progress = checkpoint["progress"]
+        step, seen = progress["step"], progress["sums"]["seen"]
+        if step > len(self.loader) or seen > step * self.config["batch_size"] or (step > 0) != (seen > 0):
+            raise tc.CheckpointError(f"{self.last_path}: progress (batch {progress['step']}, "
+                                     f"{progress['sums']['seen']} images seen) does not fit {len(self.train_labels)} "
+                                     f"training images in batches of {self.config['batch_size']}; was --batch-size "
+                                     "or --limit-train changed?")
+        try:
+            self.model.load_state_dict(checkpoint["model"])
+        except tc.StateDictError as exc:
+            raise tc.CheckpointError(f"{self.last_path}: {exc}") from exc
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.scheduler.load_state_dict(checkpoint["scheduler"])
-        tc.random.set_rng_state(checkpoint["rng"])
-        self.state = checkpoint["progress"]
-        self.log(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
+        try:
+            tc.random.set_rng_state(checkpoint["rng"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise tc.CheckpointError(f"{self.last_path}: rng holds an unusable generator state ({exc})") from exc
+        self.state = progress
+        self._say(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
 
     def save(self, path):
+        """Write a checkpoint of the whole run state to ``path`` (refused if a weight is non-finite)."""
+        self.ensure_run_folder()
+        self._check_finite_weights(f"not saving {path}")
         tc.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "rng": tc.random.get_rng_state(), "progress": self.state,
                  "config": self.config}, path)
@@ -130,17 +266,26 @@ class Trainer:
     def run(self) -> list:
         """Train until the configured epoch count; returns the metrics of the epochs run here."""
         history = []
-        with _stop_at_batch_boundary() as stop:
+        with self.signals as stop:
             try:
                 while self.state["epoch"] < self.config["epochs"]:
+                    self._check_stop(stop)
                     self.train_epoch(stop)
+                    self._check_stop(stop)
                     history.append(self.finish_epoch())
-            except KeyboardInterrupt:
-                self.save(self.last_path)
-                self.log(f"\ninterrupted: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
-                         f"{self.state['step']}); continue with --resume --out {self.out_dir}")
-                raise
+            except KeyboardInterrupt as exc:
+                with stop.critical(raise_pending=False):
+                    self.save(self.last_path)
+                print(f"interrupted: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
+                      f"{self.state['step']}); continue with --resume --out {self.out_dir}", file=sys.stderr)
+                raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
+        self.ensure_run_folder()
         return history
+
+    def _check_stop(self, stop) -> None:
+        if self.stdout_closed:
+            raise Interrupted(signal.SIGPIPE)
+        stop.check()
 
     def train_epoch(self, stop):
         """Train on the rest of the current epoch's batches, adding to the running sums."""
@@ -153,48 +298,78 @@ class Trainer:
         self.model.train()
         try:
             for x, y in self.loader.batches(state["step"]):
-                loss, margin, recon, predicted = batch_losses(self.model, x, y, self.weight, train=True)
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-                sums["loss"] += loss.item() * len(y)
-                sums["margin_loss"] += float(tc.backend.to_numpy(margin.data).sum())
-                sums["reconstruction_loss"] += float(tc.backend.to_numpy(recon.data).sum())
-                sums["correct"] += int((predicted == y).sum())
-                sums["seen"] += len(y)
-                state["step"] += 1
+                self._check_stop(stop)
+                with stop.critical():  # a batch is applied and counted whole, or not at all
+                    traces = [] if self._gradflow_due() else None
+                    loss, margin, recon, predicted = batch_losses(self.model, x, y, self.weight, train=True,
+                                                                  traces=traces)
+                    loss_value = loss.item()
+                    if not math.isfinite(loss_value):
+                        raise TrainingDiverged(f"the training loss became non-finite ({loss_value}) at epoch {state['epoch'] + 1}, "
+                                               f"batch {state['step'] + 1}; {self._last_good()}; try a smaller --lr")
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                    crash_point("optimizer-step")
+                    sums["loss"] += loss_value * len(y)
+                    sums["margin_loss"] += float(tc.backend.to_numpy(margin.data).sum())
+                    sums["reconstruction_loss"] += float(tc.backend.to_numpy(recon.data).sum())
+                    sums["correct"] += int((predicted == y).sum())
+                    sums["seen"] += len(y)
+                    state["step"] += 1
+                self.ensure_run_folder()
+                if traces and self.writes_files:
+                    self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
+                                            self.model.digit.gradient, traces)
                 if bar is not None:  # tqdm itself shows images/s
-                    bar.update(len(y))
+                    bar.update(len(y) * self.shard[1])  # every rank trained on as many images
                     bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.4f}", acc=f"{sums['correct'] / sums['seen']:.3f}")
-                if stop["requested"]:
-                    raise KeyboardInterrupt
         finally:
             state["seconds"] += time.perf_counter() - started
             if bar is not None:
                 bar.close()
 
+    def _global_step(self) -> int:
+        """Training steps done over the whole run (1-based once the first batch has trained)."""
+        return self.state["epoch"] * len(self.loader) + self.state["step"]
+
+    def _gradflow_due(self) -> bool:
+        """Whether ``--log-gradflow`` logs the coming step (a CapsNet's; the baseline CNN has no routing).
+        With several ranks only rank 0 logs, the statistics of its own part of the batch."""
+        return (self.gradflow_log is not None and isinstance(self.model, CapsNet) and self.shard[0] == 0
+                and self.gradflow_log.due(self._global_step() + 1))
+
     def finish_epoch(self) -> dict:
-        """Evaluate, append the epoch's line to metrics.jsonl, step the schedule, write checkpoints."""
+        """Evaluate, then commit the epoch as one unit: its metrics line, the schedule step, the checkpoints."""
         state, sums = self.state, self.state["sums"]
         test = evaluate(self.model, self.test_images, self.test_labels, self.config["batch_size"],
-                        self.config["num_classes"], self.weight)
+                        self.config["num_classes"], self.weight, preprocess=self.spec.test_preprocess,
+                        shard=self.shard)
         record = {"epoch": state["epoch"] + 1, "train_loss": sums["loss"] / sums["seen"],
                   "train_margin_loss": sums["margin_loss"] / sums["seen"],
                   "train_reconstruction_loss": sums["reconstruction_loss"] / sums["seen"],
                   "train_accuracy": sums["correct"] / sums["seen"], "test_loss": test["loss"],
                   "test_margin_loss": test["margin_loss"], "test_reconstruction_loss": test["reconstruction_loss"],
                   "test_accuracy": test["accuracy"], "lr": self.optimizer.lr, "seconds": state["seconds"]}
-        with open(self.out_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        self.log(f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} acc {record['train_accuracy']:.4f} | "
-                 f"test loss {record['test_loss']:.4f} acc {record['test_accuracy']:.4f} | {record['seconds']:.0f}s")
-        self.scheduler.step()
-        improved = test["accuracy"] > state["best_accuracy"]
-        state.update(epoch=state["epoch"] + 1, step=0, sums=_zero_sums(), seconds=0.0,
-                     best_accuracy=max(state["best_accuracy"], test["accuracy"]))
-        self.save(self.last_path)
-        if improved:
-            self.save(self.last_path.parent / "best.npz")
+        if not all(math.isfinite(v) for v in record.values()):
+            raise TrainingDiverged(f"epoch {record['epoch']} ended with non-finite metrics ({record}); "
+                                   f"{self._last_good()}; try a smaller --lr")
+        self._check_finite_weights(f"epoch {record['epoch']}")
+        with self.signals.critical():
+            self.ensure_run_folder()
+            if self.writes_files:
+                append_metrics_line(self.out_dir / "metrics.jsonl", json.dumps(record))
+            crash_point("metrics-line")
+            self.scheduler.step()
+            improved = test["accuracy"] > state["best_accuracy"]
+            state.update(epoch=state["epoch"] + 1, step=0, sums=_zero_sums(), seconds=0.0,
+                         best_accuracy=max(state["best_accuracy"], test["accuracy"]))
+            if improved:
+                self.save(self.last_path.parent / "best.npz")
+            self.save(self.last_path)
+            crash_point("checkpoint")
+        self._say(f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} acc {record['train_accuracy']:.4f} | "
+                  f"test loss {record['test_loss']:.4f} acc {record['test_accuracy']:.4f} | {record['seconds']:.0f}s")
         return record
 
 
@@ -207,25 +382,23 @@ def train(config: dict, out_dir, resume: bool = False, show_progress: bool = Tru
     return Trainer(config, out_dir, resume, show_progress, log).run()
 
 
-@contextlib.contextmanager
-def _stop_at_batch_boundary():
-    """Turn the first Ctrl-C into a request to stop after the current batch (a second one interrupts
-    at once). Yields a dict whose "requested" entry the training loop polls."""
-    flag = {"requested": False}
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-
-    def request_stop(signum, frame):
-        if flag["requested"]:
-            raise KeyboardInterrupt
-        flag["requested"] = True
-
-    previous = signal.signal(signal.SIGINT, request_stop)
+def device_or_usage_error(device) -> str:
+    """``tc.backend.normalize_device(device)``, with an unknown or unusable device reported as a UsageError."""
     try:
-        yield flag
+        return tc.backend.normalize_device(device)
+    except tc.DeviceError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null (after its reader went away), so later prints cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        sys.stdout = open(os.devnull, "w")
     finally:
-        signal.signal(signal.SIGINT, previous)
+        os.close(devnull)
 
 
 def _zero_sums():
@@ -237,34 +410,18 @@ def load_checkpoint_model(path, overrides=None, device="auto"):
     checkpoint = tc.load(path)
     if not isinstance(checkpoint, dict) or "model" not in checkpoint or "config" not in checkpoint:
         raise tc.CheckpointError(f"{path} is not a tinygrad-caps training checkpoint (no model or config)")
+    for warning in validate_model_state(checkpoint["model"], path):
+        print(f"tinygrad-caps: warning: {warning}", file=sys.stderr)
+    validate_config(checkpoint["config"], path)
     config = dict(checkpoint["config"], **(overrides or {}))
-    missing = [k for k in ("in_channels", "image_size", "num_classes") if k not in config]
-    if missing:
-        raise tc.CheckpointError(f"{path}: its config lacks {', '.join(missing)}; it was written by an older version")
+    device = device_or_usage_error(device)
+    if (config.get("model") or "capsnet") == "capsnet":
+        check_fits(config, 1, next(iter(checkpoint["model"].values())).dtype, f"the model of {path}", training=False)
     model = build_model(config)
-    model.to(dtype=checkpoint["model"]["conv1.weight"].dtype)
-    model.load_state_dict(checkpoint["model"])
-    model.to(device=tc.backend.normalize_device(device))
-    return model, config
-
-
-def save_reconstructions(path, images, reconstructions, count=16):
-    """A PNG with ``count`` inputs (top row) above their reconstructions (bottom row)."""
+    model.to(dtype=next(iter(checkpoint["model"].values())).dtype)
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError("--reconstructions needs matplotlib: pip install 'tinygrad-caps[viz]'") from exc
-    count = min(count, len(images))
-    channels, size = images.shape[1], images.shape[2]
-    fig, axes = plt.subplots(2, count, figsize=(count, 2.2))
-    for k in range(count):
-        for row, picture in enumerate((images[k], reconstructions[k].reshape(channels, size, size))):
-            ax = axes[row, k] if count > 1 else axes[row]
-            ax.imshow(np.moveaxis(picture, 0, -1).squeeze(), cmap="gray", vmin=0, vmax=1)
-            ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+        model.load_state_dict(checkpoint["model"])
+    except tc.StateDictError as exc:
+        raise tc.CheckpointError(f"{path}: {exc}") from exc
+    model.to(device=device)
+    return model, config

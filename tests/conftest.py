@@ -1,4 +1,5 @@
-"""Shared test settings: Hypothesis profiles and the GPU marker.
+"""Shared test settings: Hypothesis profiles and the GPU marker (``gpu`` tests skip without a GPU,
+and fail instead under ``TINYGRAD_CAPS_REQUIRE_GPU=1``).
 
 Profiles: "default" keeps the suite to a few minutes on 2 cores; ``HYPOTHESIS_PROFILE=long`` runs
 many more examples per property for a deeper local check.
@@ -6,14 +7,21 @@ many more examples per property for a deeper local check.
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile("default", max_examples=12, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("long", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# The mutation run (tests/mutation/run_mutation.py): the default examples, reproducible, no shrinking.
+settings.register_profile("mutation", max_examples=12, deadline=None, derandomize=True, database=None,
+                          phases=[Phase.explicit, Phase.generate],
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ["TINYGRAD_CAPS_OFFLINE"] = "1"  # tests never touch the network (subprocesses inherit this)
+# The CLI tests call main() in this process; main() tunes malloc for the whole process (1 GiB trim
+# threshold), which would keep every freed test allocation resident. Tests need no tuning.
+os.environ.setdefault("TINYGRAD_CAPS_MALLOC_TUNING", "0")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -21,7 +29,22 @@ def pytest_collection_modifyitems(config, items):
 
     if gpu_available():
         return
+    if os.environ.get("TINYGRAD_CAPS_REQUIRE_GPU") == "1":
+        # benchmarks/gpu_check.sh: a GPU test that cannot run is a failure, never a skip
+        def fail_without_gpu():
+            pytest.fail("TINYGRAD_CAPS_REQUIRE_GPU=1 but no usable GPU: " + gpu_status_message())
+
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.runtest = fail_without_gpu
+        return
     skip = pytest.mark.skip(reason="needs a CUDA GPU with CuPy; none is usable here")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+def gpu_status_message() -> str:
+    from tinygrad_caps.backend import _gpu_status
+
+    return _gpu_status()[1]

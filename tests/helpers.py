@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tinygrad_caps.gradcheck import check_double_grad, check_grad
+from tinygrad_caps.testing import check_gradients
 
 
 def floats(low=-2.0, high=2.0):
@@ -35,6 +35,6 @@ def arrays(draw, shape, elements=None, unique=False):
 
 
 def check_both(f, inputs, **kw):
-    """Backward and double backward of ``f`` against central differences."""
-    check_grad(f, inputs, **kw)
-    check_double_grad(f, inputs, **kw)
+    """Backward and double backward of ``f`` against central differences, and no write into the
+    inputs or the upstream gradient (``tinygrad_caps.testing.check_gradients``)."""
+    check_gradients(f, inputs, double=True, **kw)

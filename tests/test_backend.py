@@ -42,10 +42,41 @@ def test_manual_seed_repeats_random_draws():
     np.testing.assert_array_equal(a, tc.randn(4).numpy())
 
 
-def test_allocator_tuning_was_applied_on_glibc():
+def test_import_changes_nothing_process_wide_and_tune_allocator_is_explicit():
     import platform
+    import subprocess
+    import sys
 
+    code = (
+        "import numpy\n"
+        "from numpy._core.multiarray import _set_madvise_hugepage as switch\n"
+        "before = switch(True); switch(before)\n"
+        "import tinygrad_caps as tc\n"
+        "from tinygrad_caps import _allocator\n"
+        "after = switch(before); switch(after)\n"
+        "assert before == after, (before, after)\n"
+        "assert not _allocator.applied and not _allocator.hugepage_madvise_disabled\n"
+        "state = tc.tune_allocator()\n"
+        "print(state['mallopt'], state['numpy_hugepage_madvise_off'], switch(True))\n"
+        "restored = tc.tune_allocator(enabled=False)\n"
+        "print(restored['mallopt'], restored['numpy_hugepage_madvise_off'])\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("MALLOC_", "NUMPY_MADVISE"))}
+    env.pop("TINYGRAD_CAPS_MALLOC_TUNING", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    tuned, restored = out.stdout.splitlines()
+    mallopt, madvise_off, hugepage_was_on = tuned.split()
+    assert madvise_off == "True" and hugepage_was_on == "False"
+    if platform.libc_ver()[0] == "glibc":
+        assert mallopt == "True"
+    assert restored == "False False"
+
+
+def test_tune_allocator_respects_the_off_switch(monkeypatch):
     from tinygrad_caps import _allocator
 
-    if platform.libc_ver()[0] == "glibc":
-        assert _allocator.applied
+    monkeypatch.setenv("TINYGRAD_CAPS_MALLOC_TUNING", "0")
+    before = (_allocator.applied, _allocator.hugepage_madvise_disabled)
+    assert tc.tune_allocator() == {"mallopt": before[0], "numpy_hugepage_madvise_off": before[1]}
+    assert (_allocator.applied, _allocator.hugepage_madvise_disabled) == before

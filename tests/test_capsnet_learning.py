@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from tinygrad_caps.datasets import BatchIterator, DatasetError, load_dataset
+from tinygrad_caps.data import BatchIterator, DatasetError, load_dataset
 from tinygrad_caps.models import CapsNet, capsule_loss
 
 

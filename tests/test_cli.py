@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from tinygrad_caps.datasets import write_idx
+from tinygrad_caps.data import write_idx
 from tinygrad_caps.models import cli
 
 TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",

@@ -35,6 +35,31 @@ def test_capsule_and_routing_kernels_equal_numpy(cp, shape, dtype):
     np.testing.assert_allclose(routing.routing_agreement(gpu(g), gpu(v)).get(), np.einsum("bijd,bjd->bij", g, v), **tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (3, 37, 10, 16, 8), (100, 1152, 10, 16, 8), (9, 5, 3, 5, 3)])
+def test_one_pass_adjoint_and_fused_routing_equal_numpy_and_are_deterministic(cp, shape, dtype):
+    from tinygrad_caps.kernels.emulation import reference_routing
+
+    b, i, j, d, k = shape
+    rng = np.random.default_rng(3)
+    u, w = rng.standard_normal((b, i, k)).astype(dtype), rng.standard_normal((i, j, d, k)).astype(dtype)
+    g = rng.standard_normal((b, i, j, d)).astype(dtype)
+    c = rng.standard_normal((b, i, j)).astype(dtype)
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
+    grad_u, grad_w = capsule.capsule_grad(cp.asarray(g), cp.asarray(u), cp.asarray(w))
+    np.testing.assert_allclose(grad_u.get(), np.einsum("ijdk,bijd->bik", w, g), **tol)
+    np.testing.assert_allclose(grad_w.get(), np.einsum("bijd,bik->ijdk", g, u), **tol)
+    again_u, again_w = capsule.capsule_grad(cp.asarray(g), cp.asarray(u), cp.asarray(w))
+    assert bool((again_u == grad_u).all()) and bool((again_w == grad_w).all())
+    s = routing.routing_weighted_sum(cp.asarray(c), cp.asarray(g))
+    assert bool((routing.routing_weighted_sum(cp.asarray(c), cp.asarray(g)) == s).all())
+    u_hat = g * 0.05
+    v, coupling, logits = routing.routing_forward(cp.asarray(u_hat), 3)
+    want = reference_routing(u_hat, 3, 1e-8)
+    for got, expected in zip((v, coupling, logits), want):
+        np.testing.assert_allclose(got.get(), expected, **tol)
+
+
 @pytest.mark.parametrize("batch_last", [False, True])
 @pytest.mark.parametrize("case", [((2, 3, 9, 8), (3, 3), (2, 2), (1, 1)), ((100, 256, 20, 20), (9, 9), (2, 2), (0, 0))])
 def test_im2col_and_col2im_kernels_equal_numpy(cp, case, batch_last):

@@ -1,5 +1,6 @@
-"""Every .cu compiles to a cubin for sm_80 and sm_90 with NVRTC (the launcher's options) and nvcc,
-with no diagnostics; and the check itself rejects broken sources."""
+"""Every .cu compiles to a cubin for sm_80 and sm_90 with NVRTC, given exactly the options CuPy's
+RawModule passes (and once more without the default device execution space), and with nvcc, with
+no diagnostics; and the check itself rejects broken sources."""
 import pytest
 
 from tinygrad_caps.kernels import compile_check
@@ -17,12 +18,41 @@ def test_every_kernel_file_is_listed():
     assert set(cuda_sources()) >= {"im2col.cu", "capsule.cu", "routing.cu"}
 
 
+@pytest.mark.parametrize("compile_pass", compile_check.PASSES)
 @pytest.mark.parametrize("arch", compile_check.ARCHITECTURES)
 @pytest.mark.parametrize("name", cuda_sources())
-def test_nvrtc_compiles_to_cubin_without_diagnostics(name, arch):
+def test_nvrtc_compiles_to_cubin_without_diagnostics(name, arch, compile_pass):
     nvrtc_or_skip()
-    cubin = compile_check.compile_with_nvrtc(name, arch)
+    cubin = compile_check.compile_with_nvrtc(name, arch, compile_pass)
     assert len(cubin) > 1000 and cubin[:4] == b"\x7fELF"
+
+
+def test_options_are_cupys_own():
+    nvrtc_or_skip()
+    from tinygrad_caps.kernels.launch import NVRTC_OPTIONS
+
+    options = compile_check.cupy_rawmodule_options("90")
+    # ours, then what CuPy adds for every RawModule (read from CuPy, not written down here)
+    assert set(NVRTC_OPTIONS) <= set(options)
+    assert {"-ftz=true", "-arch=sm_90", compile_check.DEFAULT_EXECUTION_SPACE} <= set(options)
+    assert any(o.startswith("-I") and o.endswith("include") for o in options)
+    assert compile_check.nvrtc_options("80", "strict") == [
+        o.replace("sm_90", "sm_80") for o in options if o != compile_check.DEFAULT_EXECUTION_SPACE]
+
+
+HELPER_WITHOUT_DEVICE = """
+float twice(float x) { return 2.0f * x; }  // missing __device__
+extern "C" __global__ void k(float* x) { x[threadIdx.x] = twice(x[threadIdx.x]); }
+"""
+
+
+def test_a_helper_missing_device_fails_the_strict_pass():
+    nvrtc_or_skip()
+    # CuPy's own options make unannotated functions __device__, so RawModule would take it ...
+    compile_check.compile_text_with_nvrtc(HELPER_WITHOUT_DEVICE, "helper.cu", "90", "cupy")
+    # ... but nvcc and RawModule(jitify=True) would not: the strict pass rejects it
+    with pytest.raises(compile_check.CompileError, match="strict"):
+        compile_check.compile_text_with_nvrtc(HELPER_WITHOUT_DEVICE, "helper.cu", "90", "strict")
 
 
 @pytest.mark.parametrize("name", cuda_sources())

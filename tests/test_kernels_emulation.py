@@ -1,7 +1,7 @@
 """Every CUDA kernel, run on the CPU through the emulation harness, equals a NumPy reference:
-small shapes with partial blocks, sizes that are not multiples of the block, B=1, and float64.
-Under ThreadSanitizer and AddressSanitizer too (in subprocesses, with the runtimes preloaded)."""
-import os
+small shapes with partial blocks, sizes that are not multiples of the block, B=1, float64, vector
+and scalar paths, 32- and 64-bit indices, and grids capped so grid-stride loops take several
+passes. Under ThreadSanitizer and AddressSanitizer too (in subprocesses, with the runtimes preloaded)."""
 import shutil
 import subprocess
 import sys
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tinygrad_caps.kernels import capsule, conv, routing
-from tinygrad_caps.kernels.emulation import Emulator, reference_im2col, sanitizer_runtime
+from tinygrad_caps.kernels.emulation import Emulator, reference_col2im, reference_im2col, sanitizer_environment
 from tinygrad_caps.kernels.launch import KernelLaunch
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
@@ -41,6 +41,24 @@ def test_capsule_kernels_equal_numpy(emulator, shape, dtype):
     np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, threads), np.einsum("ijdk,bik->bijd", w, u), **tolerance(dtype))
     np.testing.assert_allclose(capsule.capsule_grad_u(g, w, emulator, threads), np.einsum("ijdk,bijd->bik", w, g), **tolerance(dtype))
     np.testing.assert_allclose(capsule.capsule_grad_w(g, u, emulator, threads), np.einsum("bijd,bik->ijdk", g, u), **tolerance(dtype))
+    grad_u, grad_w = capsule.capsule_grad(g, u, w, emulator)  # both adjoints in one pass
+    np.testing.assert_allclose(grad_u, np.einsum("ijdk,bijd->bik", w, g), **tolerance(dtype))
+    np.testing.assert_allclose(grad_w, np.einsum("bijd,bik->ijdk", g, u), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 2, 2, 2, 3), (10, 3, 2, 8, 2), (4, 5, 3, 3, 1)])  # B > 8 warps: several chunks
+def test_capsule_kernels_with_grid_stride_passes(shape, dtype):
+    emulator = Emulator(max_blocks=2)  # I > 2: each block handles several input capsules
+    b, i, j, d, k = shape
+    rng = np.random.default_rng(7)
+    u, w = rng.standard_normal((b, i, k)).astype(dtype), rng.standard_normal((i, j, d, k)).astype(dtype)
+    g = rng.standard_normal((b, i, j, d)).astype(dtype)
+    np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, 32), np.einsum("ijdk,bik->bijd", w, u), **tolerance(dtype))
+    grad_u, grad_w = capsule.capsule_grad(g, u, w, emulator)
+    np.testing.assert_allclose(grad_u, np.einsum("ijdk,bijd->bik", w, g), **tolerance(dtype))
+    np.testing.assert_allclose(grad_w, np.einsum("bijd,bik->ijdk", g, u), **tolerance(dtype))
+    assert max(grid[0] for _, grid, _, _ in emulator.launches) == 2
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -54,6 +72,30 @@ def test_routing_kernels_equal_numpy(emulator, shape, dtype):
     np.testing.assert_allclose(routing.routing_weighted_sum(c, u_hat, emulator), np.einsum("bij,bijd->bjd", c, u_hat), **tolerance(dtype))
     np.testing.assert_allclose(routing.routing_agreement(u_hat, v, emulator, 32), np.einsum("bijd,bjd->bij", u_hat, v), **tolerance(dtype))
 
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 9, 3, 5), (3, 7, 10, 16), (2, 5, 2, 64)])  # (B, I, J, D)
+def test_fused_routing_forward_equals_numpy(emulator, shape, dtype):
+    from tinygrad_caps.kernels.emulation import reference_routing
+
+    u_hat = np.random.default_rng(sum(shape)).standard_normal(shape).astype(dtype)
+    for iterations in (1, 3):
+        v, c, logits = routing.routing_forward(u_hat, iterations, 1e-8, emulator, threads=64)
+        want_v, want_c, want_logits = reference_routing(u_hat, iterations, 1e-8)
+        np.testing.assert_allclose(v, want_v, **tolerance(dtype))
+        np.testing.assert_allclose(c, want_c, **tolerance(dtype))
+        np.testing.assert_allclose(logits, want_logits, **tolerance(dtype))
+
+
+def test_weighted_sum_is_deterministic_and_splits_i_into_chunks():
+    emulator = Emulator()
+    rng = np.random.default_rng(3)
+    c, u_hat = rng.standard_normal((2, 300, 3)).astype(np.float32), rng.standard_normal((2, 300, 3, 8)).astype(np.float32)
+    first = routing.routing_weighted_sum(c, u_hat, emulator, threads=64)
+    assert routing.weighted_sum_chunks(2, 300) == 300  # B * chunks >= WEIGHTED_SUM_TILES where I allows
+    np.testing.assert_array_equal(routing.routing_weighted_sum(c, u_hat, emulator, threads=64), first)
+    np.testing.assert_allclose(first, np.einsum("bij,bijd->bjd", c, u_hat), rtol=1e-5, atol=1e-5)
 
 CONV_CASES = [  # image shape, kernel, stride, padding
     ((1, 1, 3, 3), (1, 1), (1, 1), (0, 0)),
@@ -74,8 +116,12 @@ def test_im2col_and_col2im_kernels_equal_numpy(emulator, case, dtype, batch_last
     x = rng.standard_normal(shape).astype(dtype)
     col = conv.im2col(x, kernel, stride, padding, batch_last, emulator, threads=32)
     np.testing.assert_array_equal(col, reference_im2col(x, kernel, stride, padding, batch_last))
+    np.testing.assert_array_equal(conv.im2col(x, kernel, stride, padding, batch_last, emulator, 32, index_bits=64), col)
+    assert emulator.launches[-2][0].startswith("im2col_i32_") and not emulator.launches[-1][0].startswith("im2col_i32_")
     r = rng.standard_normal(col.shape).astype(dtype)
     back = conv.col2im(r, shape, kernel, stride, padding, batch_last, emulator, threads=32)
+    np.testing.assert_array_equal(conv.col2im(r, shape, kernel, stride, padding, batch_last, emulator, 32, 64), back)
+    np.testing.assert_allclose(back, reference_col2im(r, shape, kernel, stride, padding, batch_last), **tolerance(dtype))
     # the engine's NumPy col2im in the same column order
     if batch_last == (shape[0] >= 8):
         np.testing.assert_allclose(back, col2im_array(r, shape, kernel, stride, padding), **tolerance(dtype))
@@ -92,6 +138,8 @@ def test_launchers_check_shapes_dtypes_and_devices(emulator):
         routing.routing_agreement(np.zeros((1, 2, 3, 4), np.int64), np.zeros((1, 3, 4), np.int64), emulator)
     with pytest.raises(TypeError, match="CuPy arrays"):
         capsule.capsule_predict(u, np.zeros((3, 2, 2, 4)))
+    with pytest.raises(ValueError, match="shared memory"):  # W[i] of 7000 doubles is over 48 KiB
+        capsule.capsule_predict(np.zeros((1, 1, 7)), np.zeros((1, 1000, 1, 7)), emulator)
 
 
 def test_launchers_accept_non_contiguous_views(emulator):
@@ -143,10 +191,8 @@ def test_an_unwritten_output_element_shows_as_nan(broken_dir):
 
 
 def run_sanitized(kind, code):
-    env = dict(os.environ, LD_PRELOAD=sanitizer_runtime(kind),
-               TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0",
-               ASAN_OPTIONS="detect_leaks=0 halt_on_error=1 exitcode=66 verify_asan_link_order=0")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], env=sanitizer_environment(kind), capture_output=True,
+                          text=True, timeout=300)
 
 
 @pytest.mark.parametrize("kind", ["thread", "address"])

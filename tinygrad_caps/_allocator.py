@@ -1,17 +1,23 @@
-"""Keep large temporaries in the heap instead of handing each one back to the OS.
+"""Opt-in tuning of the process's memory allocator for large temporaries: ``tc.tune_allocator()``.
 
-glibc's malloc serves blocks above ``M_MMAP_THRESHOLD`` (128 KiB at first) with a fresh ``mmap``
-and unmaps them on free, so every large intermediate array of every op pays page faults and
-zeroing again. Raising the mmap and trim thresholds lets freed blocks be reused; on a 2-core
-machine this made PyTorch's CapsNet step 1.3x faster and its routing 4.4x faster, and NumPy
-gains the same way. Applied once at import on glibc, unless the user set ``MALLOC_MMAP_THRESHOLD_``
-or ``MALLOC_TRIM_THRESHOLD_`` (their choice wins) or ``TINYGRAD_CAPS_MALLOC_TUNING=0``.
+Importing tinygrad_caps changes nothing process-wide; the CLI and the benchmarks call
+``tune_allocator()`` (``TINYGRAD_CAPS_MALLOC_TUNING=0`` turns it off there too).
 
-NumPy also asks the kernel for transparent huge pages on every array of 4 MiB and more
-(``madvise(MADV_HUGEPAGE)``). Where the kernel then compacts memory on the spot (THP ``defrag``
-set to ``madvise``, as here), each large allocation stalls: writing a fresh 74 MB routing
-gradient took 86 ms with it and 27 ms without. We turn that request off with the same switch,
-unless the user set ``NUMPY_MADVISE_HUGEPAGE`` themselves.
+What it changes, for the whole process (PyTorch and anything else in it included):
+- glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` go to 1 GiB through ``mallopt``. glibc
+  serves blocks above the mmap threshold (128 KiB at first) with a fresh ``mmap`` and unmaps them
+  on free, so every large intermediate array of every op pays page faults and zeroing again;
+  with the raised thresholds freed blocks are reused. Skipped when the user set
+  ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` (their choice wins), and on non-glibc C
+  libraries.
+- NumPy's per-array ``madvise(MADV_HUGEPAGE)`` request for arrays of 4 MiB and more is turned
+  off (unless ``NUMPY_MADVISE_HUGEPAGE`` is set). Where the kernel compacts memory on the spot
+  (THP ``defrag`` = ``madvise``), each large allocation stalls: writing a fresh 74 MB routing
+  gradient took 86 ms with it and 27 ms without on a 2-core machine.
+
+Measured gain (benchmarks/RESULTS.md, "Allocator tuning"): one full CapsNet training step at
+B=100 took 1.47 s of CPU time tuned against 1.88 s with the defaults (1.28x), one thread, on the
+2-core development machine.
 """
 from __future__ import annotations
 
@@ -23,41 +29,63 @@ import sys
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 THRESHOLD_BYTES = 1 << 30
+GLIBC_DEFAULT_BYTES = 128 * 1024
 
-applied = False
+applied = False                   # mallopt thresholds currently raised by us
+hugepage_madvise_disabled = False  # NumPy's hugepage madvise currently turned off by us
 
 
-def apply() -> bool:
-    """Set both thresholds to 1 GiB through ``mallopt``; returns True when glibc accepted them."""
-    global applied
-    if not sys.platform.startswith("linux") or os.environ.get("TINYGRAD_CAPS_MALLOC_TUNING", "1") == "0":
-        return False
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
-        return False
+def _mallopt():
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
+        return None
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    applied = bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES))
-    return applied
+    return mallopt
 
 
-def disable_numpy_hugepage_madvise() -> bool:
-    """Stop NumPy's per-allocation MADV_HUGEPAGE request; True when it was turned off here."""
-    if os.environ.get("TINYGRAD_CAPS_MALLOC_TUNING", "1") == "0" or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+def _set_thresholds(value: int) -> bool:
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
+    return bool(mallopt(M_MMAP_THRESHOLD, value)) and bool(mallopt(M_TRIM_THRESHOLD, value))
+
+
+def _numpy_hugepage_switch():
     try:
         from numpy._core.multiarray import _set_madvise_hugepage
     except ImportError:  # NumPy 1.x keeps it in numpy.core
         try:
             from numpy.core.multiarray import _set_madvise_hugepage
         except ImportError:
-            return False
-    _set_madvise_hugepage(False)
-    return True
+            return None
+    return _set_madvise_hugepage
 
 
-apply()
-hugepage_madvise_disabled = disable_numpy_hugepage_madvise()
+def tune_allocator(enabled: bool = True) -> dict:
+    """Tune (or, with ``enabled=False``, restore) glibc malloc and NumPy's hugepage advice, process-wide.
+
+    See this module's docstring for what changes and why. ``TINYGRAD_CAPS_MALLOC_TUNING=0`` makes
+    ``tune_allocator(True)`` a no-op. Returns ``{"mallopt": bool, "numpy_hugepage_madvise_off": bool}``:
+    the state in force afterwards.
+    """
+    global applied, hugepage_madvise_disabled
+    if enabled:
+        if os.environ.get("TINYGRAD_CAPS_MALLOC_TUNING", "1") != "0":
+            if "MALLOC_MMAP_THRESHOLD_" not in os.environ and "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+                applied = _set_thresholds(THRESHOLD_BYTES) or applied
+            switch = _numpy_hugepage_switch()
+            if switch is not None and "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
+                switch(False)
+                hugepage_madvise_disabled = True
+    else:
+        if applied and _set_thresholds(GLIBC_DEFAULT_BYTES):
+            applied = False
+        switch = _numpy_hugepage_switch()
+        if hugepage_madvise_disabled and switch is not None:
+            switch(True)
+            hugepage_madvise_disabled = False
+    return {"mallopt": applied, "numpy_hugepage_madvise_off": hugepage_madvise_disabled}

@@ -3,8 +3,11 @@
 The engine never switches a global array module. Every op asks ``array_module(array)`` for the
 module that owns its data, so a graph stays on the device its leaves were created on.
 
-Device names are ``"cpu"`` and ``"cuda"``. The default device is ``"cuda"`` when CuPy imports
-and a GPU answers, else ``"cpu"``; the environment variable ``TINYGRAD_CAPS_DEVICE`` overrides it.
+Device names are ``"cpu"``, ``"cuda"`` (the current CUDA device) and ``"cuda:N"`` (GPU N). An
+array's device is named ``"cuda"`` when it lives on the current device and ``"cuda:N"`` otherwise,
+so a single-GPU program only ever sees ``"cuda"``. The default device is ``"cuda"`` when CuPy
+imports and a GPU answers, else ``"cpu"``; the environment variable ``TINYGRAD_CAPS_DEVICE``
+overrides it.
 Asking for ``"cuda"`` where there is no usable GPU raises :class:`DeviceError`: never a silent
 fallback to the CPU.
 """
@@ -17,7 +20,7 @@ import numpy as np
 
 from .errors import DeviceError
 
-DEVICES = ("cpu", "cuda")
+DEVICES = ("cpu", "cuda")  # and "cuda:N"
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,24 +52,58 @@ def gpu_available() -> bool:
     return _gpu_status()[0]
 
 
+def _parse_cuda_index(name: str, original):
+    """None for "cuda", N for "cuda:N"; DeviceError for anything else that starts with "cuda"."""
+    if name == "cuda":
+        return None
+    index = name[len("cuda:"):]
+    if not name.startswith("cuda:") or not index.isdigit():
+        raise DeviceError(f"unknown device {original!r}; expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
+    return int(index)
+
+
+def current_cuda_device() -> int:
+    """The index of CuPy's current CUDA device."""
+    return cupy_module().cuda.Device().id
+
+
+def cuda_device_name(index: int) -> str:
+    """The canonical name of GPU ``index``: "cuda" for the current device, else "cuda:N"."""
+    return "cuda" if index == current_cuda_device() else f"cuda:{index}"
+
+
 def normalize_device(device) -> str:
-    """Map a device name (``"cpu"``, ``"cuda"``, ``"cuda:0"``, ``"gpu"``, ``"auto"``, None) to ``"cpu"`` or ``"cuda"``.
+    """Map a device name (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"gpu"``, ``"auto"``, None) to its
+    canonical name: ``"cpu"``, ``"cuda"`` (the current CUDA device) or ``"cuda:N"`` (another GPU).
 
     ``None`` and ``"auto"`` give the default device. Raises :class:`DeviceError` for an unknown
-    name or for ``"cuda"`` on a machine without a usable GPU.
+    name, for a CUDA device on a machine without a usable GPU, or for a GPU index that is not there.
     """
     if device is None or device == "auto":
         return default_device()
     name = str(device).lower()
-    if name in ("gpu", "cuda:0"):
+    if name == "gpu":
         name = "cuda"
-    if name not in DEVICES:
-        raise DeviceError(f"unknown device {device!r}; expected one of {DEVICES} or 'auto'")
-    if name == "cuda":
-        ok, why = _gpu_status()
-        if not ok:
-            raise DeviceError(f"device 'cuda' was requested but no usable GPU is here: {why}")
-    return name
+    if name == "cpu":
+        return name
+    if not name.startswith("cuda"):
+        raise DeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
+    index = _parse_cuda_index(name, device)
+    ok, why = _gpu_status()
+    if not ok:
+        raise DeviceError(f"device {device!r} was requested but no usable GPU is here: {why}")
+    if index is None:
+        return "cuda"
+    count = cupy_module().cuda.runtime.getDeviceCount()
+    if index >= count:
+        raise DeviceError(f"device {device!r} does not exist: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}")
+    return cuda_device_name(index)
+
+
+def cuda_index(device: str) -> int:
+    """The GPU index of a canonical CUDA device name ("cuda" is the current device)."""
+    index = _parse_cuda_index(device, device)
+    return current_cuda_device() if index is None else index
 
 
 def default_device() -> str:
@@ -89,20 +126,26 @@ def array_module(array):
 
 
 def device_of(array) -> str:
-    """``"cuda"`` for a CuPy array, ``"cpu"`` for anything else."""
-    return "cuda" if is_cupy_array(array) else "cpu"
+    """The device holding ``array``: "cpu" for NumPy and anything else, "cuda" for a CuPy array on
+    the current device, "cuda:N" for one on another GPU."""
+    return cuda_device_name(array.device.id) if is_cupy_array(array) else "cpu"
 
 
 def module_for(device: str):
     """The array module that holds data on ``device`` (a normalized name)."""
-    return cupy_module() if device == "cuda" else np
+    return cupy_module() if device.startswith("cuda") else np
 
 
 def to_device(array, device: str):
-    """Return ``array`` on ``device`` (``"cpu"`` or ``"cuda"``), copying only when it moves."""
+    """Return ``array`` on ``device`` ("cpu", "cuda" or "cuda:N"), copying only when it moves."""
     device = normalize_device(device)
-    if device == "cuda":
-        return cupy_module().asarray(array)
+    if device.startswith("cuda"):
+        cp = cupy_module()
+        index = cuda_index(device)
+        if is_cupy_array(array) and array.device.id == index:
+            return array
+        with cp.cuda.Device(index):
+            return cp.array(array, copy=True) if is_cupy_array(array) else cp.asarray(array)
     if is_cupy_array(array):
         return array.get()
     return np.asarray(array)

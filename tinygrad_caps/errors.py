@@ -10,8 +10,11 @@ class ShapeError(ValueError):
     """An op received operands whose shapes it cannot combine; the message names the op and shapes."""
 
 
-class DeviceError(RuntimeError, ValueError):
-    """A device is unavailable, unknown, or two operands of one op live on different devices."""
+# A device is unavailable, unknown, or two operands of one op live on different devices (two GPUs
+# included). Defined beside the kernels, which raise it too and import nothing of the engine.
+from .kernels import launch as _kernel_launch  # noqa: E402
+
+DeviceError = _kernel_launch.DeviceError
 
 
 class GraphError(RuntimeError):

@@ -15,19 +15,29 @@ def _dtype(dtype):
     return get_default_dtype() if dtype is None else np.dtype(dtype)
 
 
+def _filled_on_device(shape, value, dtype, device, requires_grad):
+    """A constant tensor made where it will live (a GPU fills its own memory: no host array, no copy)."""
+    device = backend.normalize_device(device)
+    xp = backend.module_for(device)
+    if xp is np:
+        return Tensor(np.full(shape, value, _dtype(dtype)), requires_grad=requires_grad)
+    with xp.cuda.Device(backend.cuda_index(device)):
+        return Tensor(xp.full(shape, value, _dtype(dtype)), requires_grad=requires_grad)
+
+
 def zeros(shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """A tensor of zeros of ``shape`` (default dtype float32, default device)."""
-    return _make(np.zeros(shape, _dtype(dtype)), device, requires_grad)
+    """A tensor of zeros of ``shape`` (default dtype float32, default device), made on that device."""
+    return _filled_on_device(shape, 0, dtype, device, requires_grad)
 
 
 def ones(shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """A tensor of ones of ``shape``."""
-    return _make(np.ones(shape, _dtype(dtype)), device, requires_grad)
+    """A tensor of ones of ``shape``, made on its device."""
+    return _filled_on_device(shape, 1, dtype, device, requires_grad)
 
 
 def full(shape, value, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """A tensor of ``shape`` filled with ``value``."""
-    return _make(np.full(shape, value, _dtype(dtype)), device, requires_grad)
+    """A tensor of ``shape`` filled with ``value``, made on its device."""
+    return _filled_on_device(shape, value, dtype, device, requires_grad)
 
 
 def zeros_like(t: Tensor, requires_grad=False) -> Tensor:

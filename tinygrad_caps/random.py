@@ -1,7 +1,7 @@
 """The engine's random sources, seeded together by ``manual_seed``.
 
-CPU draws come from one ``numpy.random.Generator``; GPU draws from one CuPy generator, created
-on first use. ``nn.init`` draws on the CPU generator (so initial weights do not depend on the
+CPU draws come from one ``numpy.random.Generator``; GPU draws from one CuPy generator per GPU,
+created on first use on that GPU (seeded alike). ``nn.init`` draws on the CPU generator (so initial weights do not depend on the
 device), dropout on the generator of its data's device.
 """
 from __future__ import annotations
@@ -12,29 +12,29 @@ from . import backend
 
 _seed = None
 _numpy_rng = np.random.default_rng()
-_cupy_rng = None
+_cupy_rngs = {}  # GPU index -> CuPy Generator
 
 
 def manual_seed(seed: int) -> None:
     """Seed every random source the engine uses, on the CPU and (when present) the GPU."""
-    global _seed, _numpy_rng, _cupy_rng
+    global _seed, _numpy_rng
     _seed = int(seed)
     _numpy_rng = np.random.default_rng(_seed)
-    _cupy_rng = None
+    _cupy_rngs.clear()
     if backend.gpu_available():
-        cp = backend.cupy_module()
-        cp.random.seed(_seed)
-        _cupy_rng = cp.random.default_rng(_seed)
+        backend.cupy_module().random.seed(_seed)
 
 
 def generator(device: str = "cpu"):
-    """The engine's generator for ``device``: a NumPy Generator (cpu) or a CuPy Generator (cuda)."""
-    global _cupy_rng
-    if device == "cuda":
-        if _cupy_rng is None:
+    """The engine's generator for ``device``: a NumPy Generator (cpu) or that GPU's CuPy Generator."""
+    if device.startswith("cuda"):
+        index = backend.cuda_index(backend.normalize_device(device))
+        rng = _cupy_rngs.get(index)
+        if rng is None:
             cp = backend.cupy_module()
-            _cupy_rng = cp.random.default_rng(_seed)
-        return _cupy_rng
+            with cp.cuda.Device(index):
+                rng = _cupy_rngs[index] = cp.random.default_rng(_seed)
+        return rng
     return _numpy_rng
 
 
@@ -61,4 +61,7 @@ def normal(shape, mean=0.0, std=1.0, dtype=np.float32):
 def bernoulli_keep_mask(shape, keep: float, dtype, device: str):
     """An array on ``device`` with 1 where a uniform draw < ``keep``, else 0."""
     rng = generator(device)
+    if device.startswith("cuda"):
+        with backend.cupy_module().cuda.Device(backend.cuda_index(backend.normalize_device(device))):
+            return (rng.random(shape) < keep).astype(dtype)
     return (rng.random(shape) < keep).astype(dtype)

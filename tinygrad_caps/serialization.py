@@ -6,7 +6,9 @@ array goes. Writes are atomic: a temporary file in the same folder, fsync, then 
 """
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -69,6 +71,7 @@ def save(state, path) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; a checkpoint gets the usual permissions
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
@@ -88,6 +91,41 @@ def save(state, path) -> None:
         pass
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _check_members(path, archive: zipfile.ZipFile) -> None:
+    """Refuse members whose .npy header declares more bytes than the member holds (before NumPy allocates them)."""
+    for info in archive.infolist():
+        if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+            raise CheckpointError(f"load: {path}: member {info.filename} is compressed; tinygrad-caps never writes that")
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+            else:
+                raise CheckpointError(f"load: {path}: member {info.filename} has .npy version {version}")
+            if dtype.hasobject:
+                raise CheckpointError(f"load: {path}: member {info.filename} holds Python objects; refused")
+            declared = math.prod(shape) * dtype.itemsize
+            if declared != info.file_size - member.tell():
+                raise CheckpointError(f"load: {path}: member {info.filename} declares {shape} {dtype} "
+                                      f"({declared:,} bytes) but holds {info.file_size - member.tell():,}")
+
+
 def load(path, device=None):
     """Read a file written by ``save``; arrays come back as NumPy arrays, or on ``device`` if given.
 
@@ -96,9 +134,11 @@ def load(path, device=None):
     """
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"load: no checkpoint at {path}")
+        raise FileNotFoundError(errno.ENOENT, "load: no checkpoint at this path", path)
     target = None if device is None else backend.normalize_device(device)
     try:
+        with zipfile.ZipFile(path) as archive:
+            _check_members(path, archive)
         with np.load(path, allow_pickle=False) as npz:
             if META_KEY not in npz.files:
                 raise CheckpointError(f"load: {path} is an .npz file but not a tinygrad-caps checkpoint")
@@ -110,10 +150,11 @@ def load(path, device=None):
             arrays = {k: npz[k] for k in npz.files if k != META_KEY}
     except CheckpointError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError) as exc:
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError, AttributeError,
+            TypeError, RecursionError) as exc:
         raise CheckpointError(f"load: {path} is truncated, corrupt or not a tinygrad-caps checkpoint ({exc})") from exc
     to_device = (lambda a: a) if target is None else (lambda a: backend.to_device(a, target))
     try:
         return _decode(meta["tree"], arrays, to_device)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise CheckpointError(f"load: {path} has a damaged structure record ({exc})") from exc

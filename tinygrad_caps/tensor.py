@@ -30,7 +30,7 @@ def _as_array(data, dtype, device):
         data = data.data
     is_array = isinstance(data, np.ndarray) or backend.is_cupy_array(data)
     target = backend.normalize_device(device) if device is not None else (
-        "cuda" if backend.is_cupy_array(data) else backend.default_device()
+        backend.device_of(data) if backend.is_cupy_array(data) else backend.default_device()
     )
     xp = backend.module_for(target)
     if dtype is not None:
@@ -38,9 +38,11 @@ def _as_array(data, dtype, device):
     elif not is_array and not isinstance(data, np.generic):
         probe = np.asarray(data)
         dtype = _default_float if probe.dtype == np.float64 else probe.dtype
-    if target == "cuda" or backend.is_cupy_array(data):
-        data = backend.to_device(data, target)
-    return xp.asarray(data, dtype=dtype)
+    if target == "cpu":
+        return xp.asarray(backend.to_numpy(data) if backend.is_cupy_array(data) else data, dtype=dtype)
+    data = backend.to_device(data, target)  # stays on its GPU when it is there already
+    with xp.cuda.Device(backend.cuda_index(target)):
+        return xp.asarray(data, dtype=dtype)
 
 
 class Tensor:
@@ -53,7 +55,8 @@ class Tensor:
         creator: the Function that produced it (None for a leaf).
     """
 
-    __slots__ = ("data", "grad", "requires_grad", "creator", "_hooks", "_retains_grad", "__weakref__")
+    __slots__ = ("data", "grad", "requires_grad", "creator", "_hooks", "_retains_grad", "_vc", "_post_accumulate_hooks",
+                 "__weakref__")
     __array_ufunc__ = None  # make NumPy defer to our reflected operators: ndarray * Tensor -> Tensor
 
     def __init__(self, data, dtype=None, device=None, requires_grad=False):
@@ -62,6 +65,7 @@ class Tensor:
         self.creator = None
         self._hooks = None
         self._retains_grad = False
+        self._vc = None
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -71,6 +75,7 @@ class Tensor:
         """A leaf-like Tensor around ``array`` with no copy and no checks (the ops' fast path)."""
         t = object.__new__(Tensor)
         t.data, t.grad, t.creator, t._hooks, t._retains_grad, t.requires_grad = array, None, None, None, False, False
+        t._vc = None  # version counter, a one-element list shared with views; created on first need
         return t
 
     # ----- properties -----
@@ -131,8 +136,12 @@ class Tensor:
         return self.numpy().tolist()
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data, with no graph and no gradient."""
-        return Tensor._wrap(self.data)
+        """A new leaf sharing this tensor's data (and its version counter), with no graph and no gradient."""
+        t = Tensor._wrap(self.data)
+        if self._vc is None:
+            self._vc = [0]
+        t._vc = self._vc
+        return t
 
     def to(self, device=None, dtype=None) -> "Tensor":
         """This tensor on ``device`` and/or as ``dtype`` (differentiable; self when nothing changes)."""
@@ -173,8 +182,23 @@ class Tensor:
             raise GraphError("register_hook on a tensor that does not require grad")
         if self._hooks is None:
             self._hooks = []
+            if self.creator is not None:  # the node runs them, even if this Tensor object is dropped
+                self.creator._hooks = self._hooks
         self._hooks.append(fn)
         return _HookHandle(self._hooks, fn)
+
+    def register_post_accumulate_grad_hook(self, fn):
+        """Call ``fn(tensor)`` on this leaf once per ``backward``, as soon as its ``.grad`` holds the
+        gradient of that backward in full (after its ``register_hook`` hooks), while the rest of the
+        backward goes on. Not called by ``tc.grad``. Returns a handle whose ``remove()`` unregisters it.
+        """
+        if not self.requires_grad or self.creator is not None:
+            raise GraphError("register_post_accumulate_grad_hook needs a leaf tensor that requires grad")
+        hooks = getattr(self, "_post_accumulate_hooks", None)
+        if hooks is None:
+            hooks = self._post_accumulate_hooks = []
+        hooks.append(fn)
+        return _HookHandle(hooks, fn)
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` on this non-leaf tensor during ``backward`` (leaves always keep it)."""
@@ -188,6 +212,85 @@ class Tensor:
 
     def zero_grad(self) -> None:
         self.grad = None
+
+    # ----- in-place updates (record no graph; bump the version counter) -----
+    @property
+    def _version(self) -> int:
+        """How many in-place updates were made through the engine to this tensor's data (views share it)."""
+        return 0 if self._vc is None else self._vc[0]
+
+    def _bump_version(self) -> None:
+        """Count an in-place update of ``data`` (call after changing the array in place)."""
+        if self._vc is None:
+            self._vc = [1]
+        else:
+            self._vc[0] += 1
+
+    def _check_inplace(self, op: str):
+        if self.requires_grad and autograd.is_grad_enabled():
+            if self.creator is None:
+                raise GraphError(f"{op}: in-place update of a leaf that requires grad; "
+                                 "do it under tc.no_grad() (as an optimizer step does)")
+            raise GraphError(f"{op}: in-place update of a tensor that is part of a graph "
+                             f"(shape {self.shape}); in-place ops record no graph, use the out-of-place op")
+        if not isinstance(self.data, np.ndarray) and not backend.is_cupy_array(self.data):
+            self.data = self.xp.asarray(self.data)  # a NumPy scalar (a full reduction's result)
+        flags = getattr(self.data, "flags", None)
+        if flags is not None and not flags.writeable:
+            raise ValueError(f"{op}: this tensor's data (shape {self.shape}) is a read-only array")
+
+    def _operand_array(self, op: str, other):
+        """``other`` as a number or an array on this tensor's device that broadcasts to this shape."""
+        if isinstance(other, Tensor):
+            other = other.data
+        if isinstance(other, (numbers.Number, np.generic)):
+            return other
+        if not backend.is_cupy_array(other):
+            other = np.asarray(other)
+        try:
+            fits = np.broadcast_shapes(other.shape, self.shape) == tuple(self.shape)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"{op}: an operand of shape {tuple(other.shape)} does not broadcast to "
+                             f"this tensor's shape {self.shape}")
+        return backend.to_device(other, self.device) if self.device != "cpu" else backend.to_numpy(other)
+
+    def copy_(self, src) -> "Tensor":
+        """Copy ``src`` (Tensor, array or number broadcasting to this shape) into this tensor; returns self."""
+        self._check_inplace("copy_")
+        src = self._operand_array("copy_", src)
+        self.xp.copyto(self.data, self.xp.asarray(src), casting="unsafe")
+        self._bump_version()
+        return self
+
+    def zero_(self) -> "Tensor":
+        """Set every element to 0; returns self."""
+        return self.fill_(0)
+
+    def fill_(self, value) -> "Tensor":
+        """Set every element to the number ``value``; returns self."""
+        self._check_inplace("fill_")
+        self.data.fill(value)
+        self._bump_version()
+        return self
+
+    def add_(self, other, alpha=1) -> "Tensor":
+        """self += alpha * other (other broadcasts to this shape); returns self."""
+        self._check_inplace("add_")
+        other = self._operand_array("add_", other)
+        if alpha != 1:
+            other = other * alpha
+        self.data += other
+        self._bump_version()
+        return self
+
+    def mul_(self, other) -> "Tensor":
+        """self *= other (other broadcasts to this shape); returns self."""
+        self._check_inplace("mul_")
+        self.data *= self._operand_array("mul_", other)
+        self._bump_version()
+        return self
 
     # ----- Python protocol -----
     def __repr__(self):
@@ -293,20 +396,49 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
     return Tensor(array, requires_grad=requires_grad)
 
 
-def as_tensor(value, like: Tensor | None = None) -> Tensor:
-    """``value`` as a Tensor; a Python scalar takes the dtype and device of ``like`` (NumPy 2 promotion).
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
 
-    Tensors are returned as they are; arrays are wrapped without a copy.
+
+def _scalar_dtype(value, like_dtype: np.dtype) -> np.dtype:
+    """The dtype a Python number takes beside a tensor of ``like_dtype`` (PyTorch: numbers are weak)."""
+    kind = like_dtype.kind
+    if isinstance(value, bool):
+        return like_dtype
+    if isinstance(value, numbers.Integral):
+        return like_dtype if kind != "b" else np.dtype(np.int64)
+    if isinstance(value, numbers.Real):
+        return like_dtype if kind in "fc" else _default_float
+    return like_dtype if kind == "c" else np.result_type(_default_float, np.complex64)
+
+
+def zero_dim_dtype(dtype: np.dtype, like: "Tensor") -> np.dtype:
+    """The dtype a zero-dimensional operand takes beside ``like`` (PyTorch's rule).
+
+    Beside a tensor with dimensions, a zero-dimensional one (a NumPy scalar, a 0-d array or
+    Tensor) of the same or a lower category (bool < int < float < complex) takes that tensor's
+    dtype: ``float32 tensor * np.float64(2)`` stays float32. Otherwise it keeps its own.
+    """
+    if like.ndim > 0 and _CATEGORY.get(dtype.kind, 9) <= _CATEGORY.get(like.dtype.kind, -1):
+        return like.dtype
+    return dtype
+
+
+def as_tensor(value, like: Tensor | None = None) -> Tensor:
+    """``value`` as a Tensor; beside ``like``, numbers and zero-dim values follow PyTorch's promotion.
+
+    A Python number is weak: it takes ``like``'s dtype, or the default float dtype for a float
+    beside an integer tensor (``tensor(int array) + 0.5`` is float32). A NumPy scalar or 0-d array
+    beside a tensor with dimensions takes its dtype if its category is not higher. Tensors are
+    returned as they are; arrays are wrapped without a copy.
     """
     if isinstance(value, Tensor):
         return value
     if like is not None:
         xp = like.xp
-        if isinstance(value, np.generic):  # NumPy scalars carry their dtype (strong, as in NumPy 2)
-            return Tensor._wrap(xp.asarray(value))
-        if isinstance(value, numbers.Number):  # Python scalars are weak: they take like's dtype
-            dtype = like.dtype if like.dtype.kind in "fc" else np.result_type(like.dtype, value)
-            return Tensor._wrap(xp.asarray(value, dtype=dtype))
+        if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+            return Tensor._wrap(xp.asarray(value, dtype=zero_dim_dtype(value.dtype, like)))
+        if isinstance(value, numbers.Number):
+            return Tensor._wrap(xp.asarray(value, dtype=_scalar_dtype(value, like.dtype)))
         if isinstance(value, np.ndarray) and xp is not np:
             raise backend.DeviceError(
                 f"operands are on different devices: cpu (a NumPy array) and {like.device}; move them with .to(device) first"

@@ -33,6 +33,20 @@ def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     return _fill(t, random.normal(t.shape, mean, std, t.dtype))
 
 
+def trunc_normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0) -> Tensor:
+    """Fill with normal draws redrawn until they lie in [a, b] (absolute bounds, as PyTorch's
+    ``trunc_normal_``; TensorFlow's ``truncated_normal_initializer`` is a, b = mean -+ 2 std); returns t."""
+    if not a < b or std <= 0:
+        raise ValueError(f"trunc_normal_: need a < b and std > 0, got a={a}, b={b}, std={std}")
+    rng = random.generator("cpu")
+    values = rng.normal(mean, std, size=t.shape)
+    outside = (values < a) | (values > b)
+    while outside.any():
+        values[outside] = rng.normal(mean, std, size=int(outside.sum()))
+        outside = (values < a) | (values > b)
+    return _fill(t, values)
+
+
 def constant_(t: Tensor, value: float) -> Tensor:
     """Fill with ``value``; returns t."""
     t.data = t.xp.full(t.shape, value, dtype=t.dtype)
@@ -94,5 +108,6 @@ def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearit
 
 
 uniform, normal, constant, zeros, ones = uniform_, normal_, constant_, zeros_, ones_
+trunc_normal = trunc_normal_
 xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal = xavier_uniform_, xavier_normal_, kaiming_uniform_, kaiming_normal_
 xavier, kaiming = xavier_uniform_, kaiming_uniform_

@@ -33,6 +33,8 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
 
     def _registries(self):
         try:
@@ -71,7 +73,39 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        for hook in list(self.__dict__.get("_forward_pre_hooks", {}).values()):
+            replaced = hook(self, args)
+            if replaced is not None:
+                args = replaced if isinstance(replaced, tuple) else (replaced,)
+        output = self.forward(*args, **kwargs)
+        for hook in list(self.__dict__.get("_forward_hooks", {}).values()):
+            replaced = hook(self, args, output)
+            if replaced is not None:
+                output = replaced
+        return output
+
+    def register_forward_pre_hook(self, hook) -> "RemovableHandle":
+        """Call ``hook(module, inputs)`` before every ``forward`` (``inputs``: the positional arguments,
+        a tuple); a non-None return (a tuple, or one value) replaces them. Hooks run in registration order.
+
+        Returns a handle whose ``remove()`` unregisters the hook.
+        """
+        return RemovableHandle(self._hook_registry("_forward_pre_hooks"), hook)
+
+    def register_forward_hook(self, hook) -> "RemovableHandle":
+        """Call ``hook(module, inputs, output)`` after every ``forward``; a non-None return replaces the
+        output. Hooks run in registration order, each seeing the output the previous one returned.
+
+        Returns a handle whose ``remove()`` unregisters the hook.
+        """
+        return RemovableHandle(self._hook_registry("_forward_hooks"), hook)
+
+    def _hook_registry(self, name):
+        registry = self.__dict__.get(name)
+        if registry is None:
+            registry = OrderedDict()
+            object.__setattr__(self, name, registry)
+        return registry
 
     # ----- traversal -----
     def named_children(self):
@@ -142,6 +176,7 @@ class Module:
         for p in self.parameters():
             p.data = convert(p.data)
             p.grad = None
+            p._bump_version()
         for module in self.modules():
             buffers = module._registries()[2]
             for name, b in buffers.items():
@@ -197,11 +232,13 @@ class Module:
             if key in targets:
                 p = targets[key]
                 p.data = _converted_like(value, p.data)
+                p._bump_version()
             else:
                 module, name = buffer_owner[key]
                 buffer = module._registries()[2][name]
                 if isinstance(buffer, Tensor):
                     buffer.data = _converted_like(value, buffer.data)
+                    buffer._bump_version()
                 else:
                     module._registries()[2][name] = _converted_like(value, buffer)
         return LoadResult(missing, unexpected)
@@ -216,6 +253,21 @@ class Module:
         return ""
 
 
+class RemovableHandle:
+    """What ``register_forward_hook`` / ``register_forward_pre_hook`` return: ``remove()`` unregisters
+    the hook (a second ``remove()`` does nothing)."""
+
+    _next_id = 0
+
+    def __init__(self, registry, hook):
+        self._registry, self.id = registry, RemovableHandle._next_id
+        RemovableHandle._next_id += 1
+        registry[self.id] = hook
+
+    def remove(self) -> None:
+        self._registry.pop(self.id, None)
+
+
 def _buffer_array(module, name):
     b = module._registries()[2][name]
     return b.data if isinstance(b, Tensor) else b
@@ -223,6 +275,7 @@ def _buffer_array(module, name):
 
 def _converted_like(value, like):
     xp = backend.array_module(like)
-    if backend.device_of(like) == "cuda":
-        return xp.array(value, dtype=like.dtype)
+    if backend.device_of(like).startswith("cuda"):
+        with backend.cupy_module().cuda.Device(like.device.id):
+            return xp.array(value, dtype=like.dtype)
     return np.array(backend.to_numpy(value), dtype=like.dtype)

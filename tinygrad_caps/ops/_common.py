@@ -5,17 +5,39 @@ import numpy as np
 
 from ..autograd import Function
 from ..errors import ShapeError
-from ..tensor import Tensor, as_tensor
+from ..tensor import Tensor, as_tensor, zero_dim_dtype
 
 
 def operands(a, b):
-    """Both operands as Tensors; a Python scalar takes the other operand's dtype and device."""
+    """Both operands as Tensors, promoted as PyTorch does.
+
+    A Python number takes the other operand's dtype and device (a float beside an integer tensor
+    gives the default float dtype); a zero-dimensional operand of the same or a lower category
+    takes the dtype of a dimensioned one (a differentiable cast, so its gradient comes back in its
+    own dtype); otherwise NumPy's promotion applies (float32 with float64 gives float64).
+    """
     if isinstance(a, Tensor):
-        return a, as_tensor(b, like=a)
-    if isinstance(b, Tensor):
-        return as_tensor(a, like=b), b
-    a = as_tensor(a)
-    return a, as_tensor(b, like=a)
+        b = as_tensor(b, like=a)
+    elif isinstance(b, Tensor):
+        a = as_tensor(a, like=b)
+    else:
+        a = as_tensor(a)
+        b = as_tensor(b, like=a)
+    if a.dtype != b.dtype:
+        if a.ndim == 0 and b.ndim > 0:
+            a, b = _cast_zero_dim(a, b)
+        elif b.ndim == 0 and a.ndim > 0:
+            b, a = _cast_zero_dim(b, a)
+    return a, b
+
+
+def _cast_zero_dim(x, like):
+    """Cast the zero-dim ``x`` to ``like``'s dtype, or, when x's category is higher (a float beside
+    integers), ``like`` to x's dtype; returns the pair in the order (x, like)."""
+    dtype = zero_dim_dtype(x.dtype, like)
+    if dtype != x.dtype:
+        return x.astype(dtype), like
+    return x, like.astype(x.dtype)
 
 
 def constant(array) -> Tensor:
@@ -79,8 +101,17 @@ def sum_to_array(x, shape):
     return x.sum(axis=axes, keepdims=True).reshape(shape)
 
 
+class Bilinear(Function):
+    """An op f(a, b) linear in each input: the gradient for a reads only b, and the one for b only a."""
+
+    def inputs_to_save(self, needs_grad):
+        return tuple(1 - k for k in (0, 1) if needs_grad[k])
+
+
 class SumTo(Function):
     """Sum over broadcast axes down to a target shape; the adjoint of BroadcastTo."""
+
+    save_inputs = ()
 
     def __init__(self, shape):
         self.shape = tuple(shape)
@@ -94,6 +125,8 @@ class SumTo(Function):
 
 class BroadcastTo(Function):
     """Broadcast to a target shape (a read-only view); the adjoint of SumTo."""
+
+    save_inputs = ()
 
     def __init__(self, shape):
         self.shape = tuple(shape)

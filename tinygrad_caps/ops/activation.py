@@ -9,14 +9,21 @@ from .reduce import sum as reduce_sum
 
 
 class ReLU(Function):
+    save_inputs = ()  # a boolean mask (1 byte an element) instead of the input
+
     def forward(self, x):
         return array_module(x).maximum(x, 0)
 
+    def keep_for_backward(self, arrays, y):
+        self.positive = arrays[0] > 0
+
     def backward(self, gy):
-        return gy * constant((self.inputs[0].data > 0).astype(gy.dtype))
+        return gy * constant(self.positive.astype(gy.dtype))
 
 
 class LeakyReLU(Function):
+    save_inputs = (0,)
+
     def __init__(self, slope):
         self.slope = slope
 
@@ -29,6 +36,8 @@ class LeakyReLU(Function):
 
 
 class Sigmoid(Function):
+    save_inputs, save_output = (), True
+
     def forward(self, x):
         xp = array_module(x)
         return (xp.tanh(x * 0.5) + 1) * 0.5  # no overflow for large |x|
@@ -39,6 +48,8 @@ class Sigmoid(Function):
 
 
 class Tanh(Function):
+    save_inputs, save_output = (), True
+
     def forward(self, x):
         return array_module(x).tanh(x)
 
@@ -48,6 +59,8 @@ class Tanh(Function):
 
 
 class Softmax(Function):
+    save_inputs, save_output = (), True
+
     def __init__(self, axis):
         self.axis = axis
 
@@ -63,6 +76,8 @@ class Softmax(Function):
 
 
 class LogSoftmax(Function):
+    save_inputs, save_output = (), True
+
     def __init__(self, axis):
         self.axis = axis
 

@@ -15,24 +15,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
-from ..backend import array_module, is_cupy_array
-from ..errors import ShapeError
+from ..autograd import is_grad_enabled
+from ..backend import array_module
+from ..errors import GraphError, ShapeError
 from ..kernels import capsule as capsule_kernels
 from ..kernels import launch as kernel_launch
 from ..kernels import routing as routing_kernels
 from ..tensor import Tensor, as_tensor
+from ._common import Bilinear
 from .shape import expand_dims
 
 
-def _raw(array) -> bool:
-    return is_cupy_array(array) and kernel_launch.raw_kernels_enabled()
+def _runner(array):
+    """The kernel runner for ``array`` (None: the NumPy/CuPy formulation below)."""
+    return kernel_launch.kernel_runner_for(array)
 
 
 def predict_array(u, W):
     """u (B,I,K), W (I,J,D,K) -> u_hat (B,I,J,D), C-contiguous."""
-    if _raw(u):
-        return capsule_kernels.capsule_predict(u, W)
+    if _runner(u) is not None:
+        return capsule_kernels.capsule_predict(u, W, runner=_runner(u))
     xp = array_module(u)
     if xp is not np:
         return xp.einsum("ijdk,bik->bijd", W, u)
@@ -47,8 +49,8 @@ def predict_array(u, W):
 
 def grad_u_array(g, W):
     """g (B,I,J,D), W (I,J,D,K) -> (B,I,K): sum over j, d of W g."""
-    if _raw(g):
-        return capsule_kernels.capsule_grad_u(g, W)
+    if _runner(g) is not None:
+        return capsule_kernels.capsule_grad_u(g, W, runner=_runner(g))
     xp = array_module(g)
     b, i, j, d = g.shape
     out = xp.matmul(g.reshape(b, i, j * d).transpose(1, 0, 2), W.reshape(i, j * d, W.shape[3]))
@@ -57,43 +59,54 @@ def grad_u_array(g, W):
 
 def grad_w_array(g, u):
     """g (B,I,J,D), u (B,I,K) -> (I,J,D,K): sum over the batch of g u."""
-    if _raw(g):
-        return capsule_kernels.capsule_grad_w(g, u)
+    if _runner(g) is not None:
+        return capsule_kernels.capsule_grad_w(g, u, runner=_runner(g))
     return array_module(g).einsum("bijd,bik->ijdk", g, u, optimize=True)
 
 
 def weighted_sum_array(c, u_hat):
     """c (B,I,J), u_hat (B,I,J,D) -> s (B,J,D)."""
-    if _raw(c):
-        return routing_kernels.routing_weighted_sum(c, u_hat)
+    if _runner(c) is not None:
+        return routing_kernels.routing_weighted_sum(c, u_hat, runner=_runner(c))
     return array_module(c).einsum("bij,bijd->bjd", c, u_hat)
 
 
 def agreement_array(u_hat, v):
     """u_hat (B,I,J,D), v (B,J,D) -> a (B,I,J)."""
-    if _raw(u_hat):
-        return routing_kernels.routing_agreement(u_hat, v)
+    if _runner(u_hat) is not None:
+        return routing_kernels.routing_agreement(u_hat, v, runner=_runner(u_hat))
     xp = array_module(u_hat)
     # (B, J, I, D) @ (B, J, D, 1): one GEMV per (example, output capsule)
     return xp.matmul(u_hat.transpose(0, 2, 1, 3), v[..., None])[..., 0].transpose(0, 2, 1)
 
 
-class CapsulePredict(Function):
+class CapsulePredict(Bilinear):
     def forward(self, u, W):
         return predict_array(u, W)
 
     def backward(self, g):
         u, W = self.inputs
+        if all(self.needs_grad) and _runner(g.data) is not None:
+            # One kernel computes both adjoints in one pass over g; each still enters the graph
+            # as its own op, so higher derivatives are derived exactly as below.
+            gu, gw = capsule_kernels.capsule_grad(g.data, u.data, W.data, runner=_runner(g.data))
+            return CapsuleGradU(result=gu)(g, W), CapsuleGradW(result=gw)(g, u)
         gu = CapsuleGradU()(g, W) if self.needs_grad[0] else None
         gw = CapsuleGradW()(g, u) if self.needs_grad[1] else None
         return gu, gw
 
 
-class CapsuleGradU(Function):
-    """(g, W) -> sum_{j,d} W g: bilinear; its adjoints are the prediction and CapsuleGradW."""
+class CapsuleGradU(Bilinear):
+    """(g, W) -> sum_{j,d} W g: bilinear; its adjoints are the prediction and CapsuleGradW.
+
+    ``result``: this op's value, already computed (with grad_W) by the one-pass adjoint kernel."""
+
+    def __init__(self, result=None):
+        self._result = result
 
     def forward(self, g, W):
-        return grad_u_array(g, W)
+        result, self._result = self._result, None
+        return grad_u_array(g, W) if result is None else result
 
     def backward(self, h):
         g, W = self.inputs
@@ -102,11 +115,17 @@ class CapsuleGradU(Function):
         return gg, gw
 
 
-class CapsuleGradW(Function):
-    """(g, u) -> sum_b g u: bilinear; its adjoints are the prediction and CapsuleGradU."""
+class CapsuleGradW(Bilinear):
+    """(g, u) -> sum_b g u: bilinear; its adjoints are the prediction and CapsuleGradU.
+
+    ``result``: this op's value, already computed (with grad_u) by the one-pass adjoint kernel."""
+
+    def __init__(self, result=None):
+        self._result = result
 
     def forward(self, g, u):
-        return grad_w_array(g, u)
+        result, self._result = self._result, None
+        return grad_w_array(g, u) if result is None else result
 
     def backward(self, h):
         g, u = self.inputs
@@ -115,7 +134,7 @@ class CapsuleGradW(Function):
         return gg, gu
 
 
-class RoutingWeightedSum(Function):
+class RoutingWeightedSum(Bilinear):
     def forward(self, c, u_hat):
         return weighted_sum_array(c, u_hat)
 
@@ -126,7 +145,7 @@ class RoutingWeightedSum(Function):
         return gc, gu
 
 
-class RoutingAgreement(Function):
+class RoutingAgreement(Bilinear):
     def forward(self, u_hat, v):
         return agreement_array(u_hat, v)
 
@@ -171,3 +190,32 @@ def routing_agreement(u_hat, v) -> Tensor:
     _check("routing_agreement", u_hat.ndim == 4 and v.ndim == 3
            and v.shape == (u_hat.shape[0],) + u_hat.shape[2:], u_hat=u_hat.shape, v=v.shape)
     return RoutingAgreement()(u_hat, v)
+
+
+def fused_routing_available(u_hat) -> bool:
+    """Whether ``routing_forward`` can run for this u_hat: a kernel path exists for its array and no
+    gradient would be recorded (grad mode off, or u_hat does not require a gradient)."""
+    u_hat = as_tensor(u_hat)
+    recording = is_grad_enabled() and u_hat.requires_grad
+    return not recording and u_hat.ndim == 4 and _runner(u_hat.data) is not None
+
+
+def routing_forward(u_hat, iterations: int, eps: float = 1e-8) -> Tensor:
+    """Dynamic routing's output capsules v (B, J, D) from u_hat (B, I, J, D), every iteration in
+    one kernel launch (logits from 0; softmax over J, weighted sum, ``squash(eps)``, agreement).
+
+    Forward only, for evaluation: it records no graph, so it raises GraphError where a gradient
+    would be recorded, and RuntimeError where no kernel path exists (see
+    ``fused_routing_available``). The gradient of routing is always derived op by op.
+    """
+    u_hat = as_tensor(u_hat)
+    if is_grad_enabled() and u_hat.requires_grad:
+        raise GraphError("routing_forward records no gradient: call it under no_grad() or on a u_hat "
+                         "that does not require one")
+    _check("routing_forward", u_hat.ndim == 4, u_hat=u_hat.shape)
+    runner = _runner(u_hat.data)
+    if runner is None:
+        raise RuntimeError("routing_forward: no kernel path for these arrays (a CuPy array with raw kernels on, "
+                           "or a NumPy array inside kernels.launch.run_numpy_arrays_with)")
+    v, _, _ = routing_kernels.routing_forward(u_hat.data, iterations, eps, runner=runner)
+    return Tensor._wrap(v)

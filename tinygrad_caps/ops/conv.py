@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
-from ..backend import array_module, is_cupy_array
+from ..backend import array_module
 from ..kernels import conv as conv_kernels
 from ..kernels import launch as kernel_launch
 from ..errors import ShapeError
@@ -54,8 +54,9 @@ def from_channels_first_axes(n: int, xp=np) -> tuple:
     return (3, 0, 1, 2) if batch_last(n, xp) else (1, 0, 2, 3)
 
 
-def _use_raw_kernels(array) -> bool:
-    return is_cupy_array(array) and kernel_launch.raw_kernels_enabled()
+def _kernel_runner(array):
+    """The kernel runner for ``array`` (None: the NumPy/CuPy formulation)."""
+    return kernel_launch.kernel_runner_for(array)
 
 
 def im2col_array(x, kernel, stride, padding):
@@ -65,8 +66,8 @@ def im2col_array(x, kernel, stride, padding):
     """
     xp = array_module(x)
     n, c, h, w = x.shape
-    if _use_raw_kernels(x):
-        return conv_kernels.im2col(x, kernel, stride, padding, batch_last(n, xp))
+    if _kernel_runner(x) is not None:
+        return conv_kernels.im2col(x, kernel, stride, padding, batch_last(n, xp), runner=_kernel_runner(x))
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
     src = xp.ascontiguousarray(x.transpose(channels_first_axes(n, xp)))
@@ -94,8 +95,9 @@ def col2im_array(col, image_shape, kernel, stride, padding):
     """
     xp = array_module(col)
     n, c, h, w = image_shape
-    if _use_raw_kernels(col):
-        return conv_kernels.col2im(col, image_shape, kernel, stride, padding, batch_last(n, xp))
+    if _kernel_runner(col) is not None:
+        return conv_kernels.col2im(col, image_shape, kernel, stride, padding, batch_last(n, xp),
+                                   runner=_kernel_runner(col))
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
     hp, wp = h + 2 * ph, w + 2 * pw
@@ -117,6 +119,8 @@ def col2im_array(col, image_shape, kernel, stride, padding):
 
 
 class Im2Col(Function):
+    save_inputs = ()
+
     def __init__(self, kernel, stride, padding):
         self.kernel, self.stride, self.padding = kernel, stride, padding
 
@@ -128,6 +132,8 @@ class Im2Col(Function):
 
 
 class Col2Im(Function):
+    save_inputs = ()
+
     def __init__(self, image_shape, kernel, stride, padding):
         self.image_shape, self.kernel, self.stride, self.padding = tuple(image_shape), kernel, stride, padding
 

@@ -7,10 +7,12 @@ import numbers
 from ..autograd import Function
 from ..backend import array_module
 from ..tensor import Tensor, as_tensor
-from ._common import constant, operands, sum_to
+from ._common import Bilinear, constant, operands, sum_to
 
 
 class Add(Function):
+    save_inputs = ()
+
     def forward(self, a, b):
         return a + b
 
@@ -21,6 +23,8 @@ class Add(Function):
 
 
 class Sub(Function):
+    save_inputs = ()
+
     def forward(self, a, b):
         return a - b
 
@@ -30,7 +34,7 @@ class Sub(Function):
         return ga, sum_to(-gy, b.shape) if self.needs_grad[1] else None
 
 
-class Mul(Function):
+class Mul(Bilinear):
     def forward(self, a, b):
         return a * b
 
@@ -42,6 +46,9 @@ class Mul(Function):
 
 
 class Div(Function):
+    def inputs_to_save(self, needs_grad):
+        return (0, 1) if needs_grad[1] else (1,)
+
     def forward(self, a, b):
         return a / b
 
@@ -54,6 +61,8 @@ class Div(Function):
 
 
 class Neg(Function):
+    save_inputs = ()
+
     def forward(self, x):
         return -x
 
@@ -63,6 +72,8 @@ class Neg(Function):
 
 class PowScalar(Function):
     """x ** c for a constant Python number c."""
+
+    save_inputs = (0,)
 
     def __init__(self, exponent):
         self.exponent = exponent
@@ -82,6 +93,8 @@ class PowScalar(Function):
 class Pow(Function):
     """a ** b for two tensors (broadcasting); d/db uses log(a), so a must be positive there."""
 
+    save_output = True
+
     def forward(self, a, b):
         return a ** b
 
@@ -93,6 +106,8 @@ class Pow(Function):
 
 
 class Exp(Function):
+    save_inputs, save_output = (), True
+
     def forward(self, x):
         return array_module(x).exp(x)
 
@@ -101,6 +116,8 @@ class Exp(Function):
 
 
 class Log(Function):
+    save_inputs = (0,)
+
     def forward(self, x):
         return array_module(x).log(x)
 
@@ -109,6 +126,8 @@ class Log(Function):
 
 
 class Sqrt(Function):
+    save_inputs, save_output = (), True
+
     def forward(self, x):
         return array_module(x).sqrt(x)
 
@@ -117,6 +136,8 @@ class Sqrt(Function):
 
 
 class Abs(Function):
+    save_inputs = (0,)
+
     def forward(self, x):
         return array_module(x).abs(x)
 
@@ -128,13 +149,18 @@ class Abs(Function):
 class Maximum(Function):
     """Elementwise max; where both are equal the gradient is split in half (as PyTorch does)."""
 
+    save_inputs = ()
+
     def __init__(self, take_larger: bool = True):
         self.take_larger = take_larger
 
     def forward(self, a, b):
         xp = array_module(a)
-        self.weight_a = ((a > b) if self.take_larger else (a < b)) + 0.5 * (a == b)
         return xp.maximum(a, b) if self.take_larger else xp.minimum(a, b)
+
+    def keep_for_backward(self, arrays, y):
+        a, b = arrays
+        self.weight_a = ((a > b) if self.take_larger else (a < b)) + 0.5 * (a == b)
 
     def backward(self, gy):
         a, b = self.inputs
@@ -146,6 +172,8 @@ class Maximum(Function):
 
 class Clip(Function):
     """Clamp to [low, high] (either may be None); the gradient passes where low <= x <= high."""
+
+    save_inputs = (0,)
 
     def __init__(self, low, high):
         self.low, self.high = low, high
@@ -165,6 +193,8 @@ class Clip(Function):
 
 class Where(Function):
     """``cond ? a : b`` with a constant boolean condition."""
+
+    save_inputs = ()
 
     def __init__(self, condition):
         self.condition = condition

@@ -5,11 +5,11 @@ from ..autograd import Function
 from ..backend import array_module
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
-from ._common import operands, sum_to
+from ._common import Bilinear, operands, sum_to
 from .shape import reshape, swapaxes, transpose
 
 
-class MatMul(Function):
+class MatMul(Bilinear):
     """a @ b for a, b with at least 2 dimensions; leading axes broadcast."""
 
     def forward(self, a, b):

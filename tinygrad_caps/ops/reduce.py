@@ -15,6 +15,8 @@ def _keepdims_shape(shape, axes):
 
 
 class Sum(Function):
+    save_inputs = ()
+
     def __init__(self, axes, keepdims):
         self.axes, self.keepdims = axes, keepdims
 
@@ -31,6 +33,8 @@ class Sum(Function):
 class Extreme(Function):
     """max (or min) over axes; the gradient is shared evenly among tied extremes."""
 
+    save_inputs = ()
+
     def __init__(self, axes, keepdims, largest):
         self.axes, self.keepdims, self.largest = axes, keepdims, largest
 
@@ -38,9 +42,12 @@ class Extreme(Function):
         if x.size == 0:
             raise ValueError("max/min of an empty tensor")
         y = max_array(x, self.axes, True, self.largest)
-        hits = x == y
-        self.share = hits / hits.sum(axis=self.axes, keepdims=True, dtype=x.dtype)
         return y if self.keepdims else y.reshape(_squeezed_shape(x.shape, self.axes))
+
+    def keep_for_backward(self, arrays, y):
+        x = arrays[0]
+        hits = x == (y if self.keepdims else y.reshape(_keepdims_shape(x.shape, self.axes)))
+        self.share = hits / hits.sum(axis=self.axes, keepdims=True, dtype=x.dtype)
 
     def backward(self, gy):
         shape = self.inputs[0].shape

@@ -15,6 +15,8 @@ from ._common import normalize_axes
 
 
 class Reshape(Function):
+    save_inputs = ()
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -26,6 +28,8 @@ class Reshape(Function):
 
 
 class Transpose(Function):
+    save_inputs = ()
+
     def __init__(self, axes):
         self.axes = axes
 
@@ -60,6 +64,8 @@ def _normalize_index(index, xp):
 
 
 class GetItem(Function):
+    save_inputs = ()
+
     def __init__(self, index):
         self.index = index
 
@@ -72,6 +78,8 @@ class GetItem(Function):
 
 class ScatterAdd(Function):
     """zeros(shape) with ``gy`` added at ``index`` (repeated indices add up); adjoint of GetItem."""
+
+    save_inputs = ()
 
     def __init__(self, index, shape):
         self.index, self.shape = index, shape
@@ -94,6 +102,8 @@ class ScatterAdd(Function):
 
 
 class Concatenate(Function):
+    save_inputs = ()
+
     def __init__(self, axis):
         self.axis = axis
 
@@ -116,6 +126,8 @@ class Concatenate(Function):
 class Pad(Function):
     """Zero padding by ((before, after), ...) per axis; the backward crops."""
 
+    save_inputs = ()
+
     def __init__(self, widths):
         self.widths = widths
 
@@ -128,6 +140,8 @@ class Pad(Function):
 
 
 class Cast(Function):
+    save_inputs = ()
+
     def __init__(self, dtype):
         self.dtype = dtype
 
@@ -138,7 +152,21 @@ class Cast(Function):
         return Cast(self.inputs[0].dtype)(gy)
 
 
+class Copy(Function):
+    """A fresh copy of the array; the gradient passes through unchanged."""
+
+    save_inputs = ()
+
+    def forward(self, x):
+        return x.copy()
+
+    def backward(self, gy):
+        return gy
+
+
 class ToDevice(Function):
+    save_inputs = ()
+
     def __init__(self, device):
         self.device = device
 
@@ -272,3 +300,8 @@ def to_device(x, device) -> Tensor:
     x = as_tensor(x)
     device = backend.normalize_device(device)
     return x if device == x.device else ToDevice(device)(x)
+
+
+def copy(x) -> Tensor:
+    """A differentiable copy of ``x`` with its own array (same shape, dtype and device)."""
+    return Copy()(as_tensor(x))

@@ -1,0 +1,165 @@
+"""Crash consistency of a training run: stop signals, critical sections, and the metrics file.
+
+Signals. The first SIGINT (Ctrl-C) or SIGTERM asks the run to stop at the end of the current batch;
+the run then saves ``last.npz`` and exits with 128 + the signal number (130, 143). A second one
+interrupts at once, except inside a critical section (an optimizer step with its counters, or a
+checkpoint commit), where it is deferred to the section's end, so no checkpoint can ever hold a
+step applied to the weights but not counted (or the reverse).
+
+Metrics. An epoch's line is appended to ``metrics.jsonl`` (and fsynced) before the checkpoint that
+records that epoch is written; the checkpoint is the single source of truth. On resume, every line
+beyond the checkpoint's epoch is dropped and the file is rewritten atomically, so a process killed
+between the line and the checkpoint cannot leave an epoch twice.
+
+Test hook. ``TINYGRAD_CAPS_TEST_CRASH=point@n[:SIG[,SIG]]`` sends the named signals (default KILL)
+to the process itself the n-th time it passes ``crash_point(point)``; the crash-consistency tests
+use it to stop a run at exact places. Unset, ``crash_point`` does nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+from tinygrad_caps.serialization import current_umask
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CRASH_ENV = "TINYGRAD_CAPS_TEST_CRASH"
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal; ``signum`` says which (the exit status is 128 + signum)."""
+
+    def __init__(self, signum=signal.SIGINT):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = int(signum)
+
+
+class StopSignals:
+    """Installs SIGINT and SIGTERM handlers for the duration of a ``with`` block (main thread only).
+
+    ``requested`` is the first signal received (None before); the training loop polls it at batch
+    boundaries. ``critical()`` opens a section in which a second signal is held back.
+    """
+
+    def __init__(self):
+        self.requested = None
+        self._pending = None
+        self._depth = 0
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        return False
+
+    def _handle(self, signum, frame):
+        if self.requested is None:
+            self.requested = signum
+        elif self._depth > 0:
+            self._pending = signum
+        else:
+            raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise Interrupted if a stop was requested (call at batch boundaries)."""
+        if self.requested is not None:
+            raise Interrupted(self.requested)
+
+    @contextlib.contextmanager
+    def critical(self, raise_pending: bool = True):
+        """A section that a second signal cannot cut; it is raised (as Interrupted) when the section ends."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self._pending is not None and raise_pending:
+            signum, self._pending = self._pending, None
+            raise Interrupted(signum)
+
+
+def _parse_crash_spec(text):
+    point, _, rest = text.partition("@")
+    count, _, names = rest.partition(":")
+    signals = [getattr(signal, f"SIG{name.strip().upper()}") for name in (names or "KILL").split(",")]
+    return point, int(count or 1), signals
+
+
+_crash_counts = {}
+
+
+def crash_point(point: str) -> None:
+    """The test hook described in the module docstring; does nothing unless $TINYGRAD_CAPS_TEST_CRASH names ``point``."""
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return
+    name, count, signals = _parse_crash_spec(spec)
+    if name != point:
+        return
+    _crash_counts[point] = _crash_counts.get(point, 0) + 1
+    if _crash_counts[point] == count:
+        for signum in signals:
+            os.kill(os.getpid(), signum)
+
+
+def append_metrics_line(path: Path, line: str) -> None:
+    """Append one line to the metrics file and force it to disk before returning."""
+    with open(path, "a") as f:
+        f.write(line.rstrip("\n") + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` so that a reader sees the old or the new content, never a mix."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def keep_metrics_through_epoch(path: Path, epochs: int) -> int:
+    """Keep the first ``epochs`` lines of the metrics file (those the checkpoint covers); returns how many were dropped."""
+    path = Path(path)
+    if not path.exists():
+        write_text_atomically(path, "")
+        return 0
+    lines = [line for line in path.read_text().splitlines(keepends=True)]
+    if len(lines) <= epochs and all(line.endswith("\n") for line in lines):
+        return 0
+    kept = [line if line.endswith("\n") else line + "\n" for line in lines[:epochs]]
+    write_text_atomically(path, "".join(kept))
+    return len(lines) - len(kept)
+
+
+def remove_stale_temporaries(folder: Path) -> list:
+    """Delete ``.tmp-*`` files that an interrupted save left in ``folder``; returns their names."""
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for stale in folder.glob(".tmp-*"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+            removed.append(stale.name)
+    return removed

@@ -1,0 +1,140 @@
+"""Crash consistency of `tinygrad-caps train`: a run killed or signalled at exact places (through the
+TINYGRAD_CAPS_TEST_CRASH hook of models/run_state.py) and then resumed writes the same metrics.jsonl
+as a run that was never interrupted, and leaves no half-written checkpoint behind."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tinygrad_caps as tc
+from tinygrad_caps.data import write_idx
+from tinygrad_caps.models import cli
+
+TINY = ["--dataset", "tiny", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim",
+        "4", "--kernel-size", "3", "--batch-size", "8", "--no-progress", "--device", "cpu", "--epochs", "3"]
+BATCHES_PER_EPOCH = 5
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data") / "tiny"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for stem, n in (("train", 40), ("t10k", 16)):
+        labels = (np.arange(n) % 3).astype(np.uint8)
+        images = (rng.random((n, 10, 10)) * 60).astype(np.uint8)
+        for k, label in enumerate(labels):
+            images[k, 2 + 3 * label:4 + 3 * label, 2:8] = 255
+        write_idx(folder / f"{stem}-images-idx3-ubyte.gz", images, compress=True)
+        write_idx(folder / f"{stem}-labels-idx1-ubyte", labels)
+    return folder.parent
+
+
+def args(data_dir, out, *extra):
+    return ["train", *TINY, "--data-dir", str(data_dir), "--out", str(out), *extra]
+
+
+def metrics(out):
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        line.pop("seconds")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("whole") / "run"
+    assert cli.main(args(data_dir, out)) == 0
+    return metrics(out)
+
+
+def run_with_crash(data_dir, out, spec):
+    env = dict(os.environ, TINYGRAD_CAPS_TEST_CRASH=spec, TINYGRAD_CAPS_DEVICE="cpu")
+    return subprocess.run([sys.executable, "-m", "tinygrad_caps.models.cli", *args(data_dir, out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+# (hook spec, expected exit status): KILL at each commit point, and signals that the run must defer
+CASES = [
+    ("metrics-line@2", -9),              # epoch 2's line written, its checkpoint not yet
+    ("checkpoint@1", -9),                # epoch 1 committed, nothing printed yet
+    ("optimizer-step@7", -9),            # mid-batch: the step applied, not counted
+    ("optimizer-step@7:INT,INT", 130),   # two Ctrl-C between the step and its counter
+    ("optimizer-step@4:TERM", 143),      # SIGTERM: stop at the batch boundary and save
+    ("metrics-line@1:TERM,TERM", 143),   # two SIGTERMs during an epoch's commit
+]
+
+
+@pytest.mark.parametrize("spec, status", CASES, ids=[spec for spec, _ in CASES])
+def test_a_run_stopped_anywhere_resumes_to_the_uninterrupted_metrics(data_dir, tmp_path, uninterrupted, spec, status):
+    out = tmp_path / "run"
+    result = run_with_crash(data_dir, out, spec)
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr
+    checkpoints = out / "checkpoints"
+    if (checkpoints / "last.npz").exists():
+        saved = tc.load(checkpoints / "last.npz")  # never half-written
+        assert len(metrics(out)) >= saved["progress"]["epoch"]
+    if status != -9:  # a signalled run saved where it stopped
+        saved = tc.load(checkpoints / "last.npz")
+        assert saved["progress"]["epoch"] * BATCHES_PER_EPOCH + saved["progress"]["step"] >= 1
+    (checkpoints / ".tmp-left-by-a-kill.npz").parent.mkdir(parents=True, exist_ok=True)
+    (checkpoints / ".tmp-left-by-a-kill.npz").write_bytes(b"partial")
+    assert cli.main(args(data_dir, out, "--resume")) == 0
+    assert metrics(out) == uninterrupted  # exactly: no epoch twice, none lost, the same numbers
+    assert not list(checkpoints.glob(".tmp-*"))
+
+
+def test_a_broken_stdout_pipe_stops_the_run_cleanly_and_resume_completes_it(data_dir, tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    env = dict(os.environ, TINYGRAD_CAPS_DEVICE="cpu")
+    command = [sys.executable, "-m", "tinygrad_caps.models.cli", *args(data_dir, out)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
+        process.stdout.readline()  # read one line, then go away like `| head -1`
+        process.stdout.close()
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=300) == 141
+    assert "Traceback" not in stderr and "interrupted: saved" in stderr
+    assert cli.main(args(data_dir, out, "--resume")) == 0
+    assert metrics(out) == uninterrupted
+
+
+def test_checkpoints_follow_the_umask(data_dir, tmp_path):
+    previous = os.umask(0o027)
+    try:
+        assert cli.main(["train", *TINY[:-1], "1", "--data-dir", str(data_dir), "--out", str(tmp_path / "run")]) == 0
+    finally:
+        os.umask(previous)
+    mode = (tmp_path / "run" / "checkpoints" / "last.npz").stat().st_mode & 0o777
+    assert mode == 0o640
+    assert (tmp_path / "run" / "metrics.jsonl").stat().st_mode & 0o777 == 0o640
+
+
+def test_resume_drops_metrics_lines_beyond_the_checkpoint(data_dir, tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    assert cli.main(["train", *TINY[:-1], "1", "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    with open(out / "metrics.jsonl", "a") as f:  # as if a process died after writing epoch 2's line
+        f.write(json.dumps(dict(uninterrupted[1], seconds=0.0)) + "\n" + '{"epoch": 3, "trunc')
+    assert cli.main(args(data_dir, out, "--resume")) == 0
+    assert metrics(out) == uninterrupted
+
+
+@pytest.mark.parametrize("delay", [0.25, 0.6, 1.5])  # from the first import of ours on
+def test_a_ctrl_c_at_any_moment_of_start_up_exits_130_without_a_traceback(data_dir, tmp_path, delay):
+    import time
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "tinygrad-caps"
+    launcher = [sys.executable, str(script)] if script.exists() else [sys.executable, "-m", "tinygrad_caps_cli"]
+    env = dict(os.environ, TINYGRAD_CAPS_DEVICE="cpu")
+    argv = args(data_dir, tmp_path / "run")
+    argv[argv.index("--epochs") + 1] = "50"
+    with subprocess.Popen(launcher + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env) as process:
+        time.sleep(delay)  # imports, data loading, or training, depending on the machine's speed
+        process.send_signal(2)
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 130, stderr
+    assert "Traceback" not in stderr

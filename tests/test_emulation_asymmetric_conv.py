@@ -1,0 +1,63 @@
+"""The im2col/col2im CUDA kernels, run on the CPU by the emulation harness, on the same asymmetric
+cases as the engine's convolution tests (tests/test_conv.py): per-axis kernel, stride and padding,
+every batch size of BATCHES, both column orders, against the naive float64 loops there."""
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from test_conv import ASYMMETRIC, BATCHES, conv_case, naive_patches
+from tinygrad_caps.kernels import conv
+from tinygrad_caps.kernels.emulation import Emulator
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    return Emulator()
+
+
+def naive_columns(x, kernel, stride, padding, batch_last):
+    p = naive_patches(x, kernel, stride, padding)  # (C, kh, kw, N, OH, OW)
+    if batch_last:
+        p = p.transpose(0, 1, 2, 4, 5, 3)
+    return p.reshape(p.shape[0] * p.shape[1] * p.shape[2], -1)
+
+
+def naive_image(col, image_shape, kernel, stride, padding, batch_last):
+    """col2im by loops in float64: every column entry added back into its pixel."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    n, c, h, w = image_shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    p = col.reshape(c, kh, kw, oh, ow, n).transpose(0, 1, 2, 5, 3, 4) if batch_last else col.reshape(c, kh, kw, n, oh, ow)
+    out = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+    for ky in range(kh):
+        for kx in range(kw):
+            for oy in range(oh):
+                for ox in range(ow):
+                    out[:, :, oy * sh + ky, ox * sw + kx] += p[:, ky, kx, :, oy, ox].T
+    return out[:, :, ph:ph + h, pw:pw + w]
+
+
+def check_kernels(emulator, x, kernel, stride, padding, batch_last):
+    col = conv.im2col(x, kernel, stride, padding, batch_last, emulator, threads=32)
+    np.testing.assert_array_equal(col, naive_columns(x, kernel, stride, padding, batch_last))
+    r = np.random.default_rng(x.shape[0]).standard_normal(col.shape)
+    back = conv.col2im(r, x.shape, kernel, stride, padding, batch_last, emulator, threads=32)
+    np.testing.assert_allclose(back, naive_image(r, x.shape, kernel, stride, padding, batch_last), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch_last", [False, True])
+@pytest.mark.parametrize("n", BATCHES)
+@pytest.mark.parametrize("kernel, stride, padding, output_padding", ASYMMETRIC)
+def test_kernels_on_asymmetric_cases_equal_naive_loops(emulator, n, kernel, stride, padding, output_padding, batch_last):
+    x = np.random.default_rng(n).standard_normal((n, 2, 6, 5))
+    check_kernels(emulator, x, kernel, stride, padding, batch_last)
+
+
+@given(case=conv_case(), batch_last=st.booleans())
+def test_kernels_on_the_conv_property_cases_equal_naive_loops(emulator, case, batch_last):
+    x, w, _, stride, padding = case
+    check_kernels(emulator, np.ascontiguousarray(x), w.shape[2:], stride, padding, batch_last)

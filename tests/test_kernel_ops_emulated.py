@@ -1,0 +1,104 @@
+"""The engine's ops on the kernel path, without a GPU: inside ``run_numpy_arrays_with(Emulator())``
+NumPy arrays go through the very launchers and kernels the GPU runs, executed by the CPU
+emulation (grids capped at two blocks, so every grid-stride loop takes several passes). Their
+gradients (first and second order) must pass the float64 finite-difference checks and equal the
+NumPy path; the fused routing forward must serve no_grad evaluation and nothing else."""
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tinygrad_caps as tc
+import tinygrad_caps.functional as F
+from tinygrad_caps.gradcheck import check_double_grad, check_grad
+from tinygrad_caps.kernels.emulation import Emulator
+from tinygrad_caps.kernels.launch import run_numpy_arrays_with
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
+
+EMULATOR = Emulator(max_blocks=2)
+
+
+def kernels_used(action):
+    """Run ``action`` on the kernel path; return its result and the names of the kernels it launched."""
+    before = len(EMULATOR.launches)
+    with run_numpy_arrays_with(EMULATOR):
+        result = action()
+    return result, {name.rsplit("_", 1)[0] for name, *_ in EMULATOR.launches[before:]}
+
+
+@settings(max_examples=4)
+@given(b=st.integers(1, 3), i=st.integers(1, 4), j=st.integers(1, 3), d=st.integers(1, 5), k=st.integers(1, 3),
+       seed=st.integers(0, 2 ** 16))
+def test_capsule_predict_gradient_on_the_kernel_path(b, i, j, d, k, seed):
+    rng = np.random.default_rng(seed)
+    u, w = rng.standard_normal((b, i, k)), rng.standard_normal((i, j, d, k))
+    _, used = kernels_used(lambda: check_grad(F.capsule_predict, [u, w], max_elementwise=0, directions=3))
+    assert {"capsule_predict", "capsule_grad"} <= used  # both adjoints from the one-pass kernel
+
+
+@settings(max_examples=4)
+@given(b=st.integers(1, 3), i=st.integers(1, 6), j=st.integers(1, 3), d=st.integers(1, 9), seed=st.integers(0, 2 ** 16))
+def test_routing_contraction_gradients_on_the_kernel_path(b, i, j, d, seed):
+    rng = np.random.default_rng(seed)
+    c, u_hat, v = rng.standard_normal((b, i, j)), rng.standard_normal((b, i, j, d)), rng.standard_normal((b, j, d))
+    _, used = kernels_used(lambda: (check_grad(F.routing_weighted_sum, [c, u_hat], max_elementwise=0, directions=3),
+                                    check_grad(F.routing_agreement, [u_hat, v], max_elementwise=0, directions=3)))
+    assert {"routing_weighted_sum_partial", "routing_weighted_sum_finish", "routing_agreement"} <= used
+
+
+def test_second_derivatives_on_the_kernel_path():
+    rng = np.random.default_rng(1)
+    u, w = rng.standard_normal((2, 3, 2)), rng.standard_normal((3, 2, 4, 2))
+    x, kernel = rng.standard_normal((2, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3))
+    kernels_used(lambda: (check_double_grad(F.capsule_predict, [u, w], max_elementwise=0, directions=3),
+                          check_double_grad(lambda a, b: F.conv2d(a, b, None, 2, 1), [x, kernel],
+                                            max_elementwise=0, directions=3)))
+
+
+def routing_loss_and_gradients():
+    rng = np.random.default_rng(5)
+    u = tc.tensor(rng.standard_normal((3, 11, 4)), requires_grad=True)
+    w = tc.tensor(rng.standard_normal((11, 3, 8, 4)) * 0.3, requires_grad=True)
+    x = tc.tensor(rng.standard_normal((9, 2, 7, 7)), requires_grad=True)  # batch >= 8: batch-last columns
+    k = tc.tensor(rng.standard_normal((3, 2, 3, 3)), requires_grad=True)
+    u_hat = F.capsule_predict(u, w)
+    logits = tc.zeros((3, 11, 3), dtype=np.float64)
+    for r in range(3):
+        v = F.squash(F.routing_weighted_sum(F.softmax(logits, axis=2), u_hat))
+        if r < 2:
+            logits = logits + F.routing_agreement(u_hat, v)
+    loss = (v * v).sum() + (F.conv_transpose2d(F.conv2d(x, k, None, 2, 1), k, None, 2, 1) ** 2).sum()
+    grads = tc.grad(loss, [u, w, x, k], create_graph=True)
+    second = tc.grad(sum((g * g).sum() for g in grads), [u, w, x, k])
+    return [loss.numpy()] + [g.numpy() for g in grads + second]
+
+
+def test_routing_and_convolution_gradients_equal_the_numpy_path():
+    reference = routing_loss_and_gradients()
+    emulated, used = kernels_used(routing_loss_and_gradients)
+    assert {"capsule_predict", "capsule_grad", "routing_agreement", "im2col_i32", "col2im_i32"} <= used
+    for got, want in zip(emulated, reference):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_fused_routing_serves_no_grad_evaluation_only():
+    from models.routing import dynamic_routing
+
+    u_hat = tc.tensor(np.random.default_rng(2).standard_normal((3, 13, 4, 8)))
+    reference = dynamic_routing(u_hat, iterations=3).numpy()
+    with tc.no_grad():
+        fused, used = kernels_used(lambda: dynamic_routing(u_hat, iterations=3))
+    assert used == {"routing_forward"}
+    np.testing.assert_allclose(fused.numpy(), reference, rtol=1e-12, atol=1e-12)
+    recorded = tc.tensor(u_hat.numpy(), requires_grad=True)
+    v, used = kernels_used(lambda: dynamic_routing(recorded, iterations=3))
+    assert "routing_forward" not in used and v.requires_grad  # with a gradient: op by op
+    np.testing.assert_allclose(v.numpy(), reference, rtol=1e-12, atol=1e-12)
+    with pytest.raises(tc.GraphError, match="no_grad"):
+        kernels_used(lambda: F.routing_forward(recorded, 3))
+    with pytest.raises(RuntimeError, match="no kernel path"):
+        with tc.no_grad():
+            F.routing_forward(u_hat, 3)  # NumPy arrays outside the emulation context

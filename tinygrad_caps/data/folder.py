@@ -1,0 +1,123 @@
+"""Any folder of images: ``ROOT/train/<class>/*.png|jpg|...`` and ``ROOT/test/<class>/...``.
+
+Images are decoded with Pillow (the ``images`` extra), converted to grayscale or RGB and resized
+to ``image_size`` x ``image_size`` (bilinear, aspect ratio not kept). The decoded uint8 arrays are
+cached as ``.npy`` under ``<cache root>/imagefolder/``, keyed by the folder, the split, the size,
+the channels and every file's name, size and modification time, so the second run starts at once
+and any change to the folder decodes it again.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .cache import cache_root
+from .errors import DatasetError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+def _split_dir(root, split: str) -> Path:
+    if root is None:
+        raise DatasetError("dataset 'imagefolder' needs --data-dir PATH, with PATH/train/<class>/ and "
+                           "PATH/test/<class>/")
+    folder = Path(root) / split
+    if not folder.is_dir():
+        raise DatasetError(f"{folder}: the image folder has no {split!r} split (expected {folder}/<class>/<images>)")
+    return folder
+
+
+def folder_classes(root) -> list[str]:
+    """The class names of an image folder: the sorted sub-folders of ``root/train``."""
+    classes = sorted(p.name for p in _split_dir(root, "train").iterdir() if p.is_dir())
+    if not classes:
+        raise DatasetError(f"{Path(root) / 'train'}: no class folders in it")
+    return classes
+
+
+def _listing(folder: Path, classes: list[str]) -> list[tuple[str, int, int, int]]:
+    """(relative path, class index, size, mtime_ns) of every image file, sorted by path."""
+    entries = []
+    present = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    unknown = [name for name in present if name not in classes]
+    if unknown:
+        raise DatasetError(f"{folder}: class folder(s) {', '.join(unknown)} are not among the training classes")
+    for index, name in enumerate(classes):
+        class_dir = folder / name
+        if not class_dir.is_dir():
+            continue
+        files = sorted(p for p in class_dir.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise DatasetError(f"{class_dir}: the class {name!r} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        for p in files:
+            stat = p.stat()
+            entries.append((f"{name}/{p.name}", index, stat.st_size, stat.st_mtime_ns))
+    if not entries:
+        raise DatasetError(f"{folder}: no images in it")
+    return entries
+
+
+def _decode(path: Path, image_size: int, channels: int) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert("L" if channels == 1 else "RGB")
+            image = image.resize((image_size, image_size), Image.BILINEAR)
+            array = np.asarray(image, dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: unreadable image ({exc})") from exc
+    return array[None] if channels == 1 else np.moveaxis(array, -1, 0)
+
+
+def _save_npy_atomically(target: Path, array: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".cache-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(buffer.getvalue())
+    os.replace(tmp, target)
+
+
+def load_image_folder(root, split: str = "train", image_size: int = 32, channels: int = 3):
+    """Decode (or read from the cache) one split of an image folder.
+
+    Returns:
+        (images, labels): uint8 (N, channels, image_size, image_size) and int64 (N,), the labels
+        being indices into ``folder_classes(root)``.
+    Raises:
+        DatasetError naming the missing split, the empty class or the unreadable image.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"load_image_folder: split must be 'train' or 'test', got {split!r}")
+    if channels not in (1, 3):
+        raise ValueError(f"load_image_folder: channels must be 1 or 3, got {channels}")
+    if image_size < 1:
+        raise ValueError(f"load_image_folder: image_size must be positive, got {image_size}")
+    try:
+        import PIL  # noqa: F401
+    except ImportError as exc:
+        raise DatasetError("image folders need Pillow: pip install 'tinygrad-caps[images]'") from exc
+    classes = folder_classes(root)
+    folder = _split_dir(root, split)
+    entries = _listing(folder, classes)
+    identity = [str(folder.resolve()), image_size, channels, classes, entries]
+    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+    cache_dir = cache_root() / "imagefolder"
+    images_path, labels_path = cache_dir / f"{key[:32]}-images.npy", cache_dir / f"{key[:32]}-labels.npy"
+    if images_path.is_file() and labels_path.is_file():
+        images, labels = np.load(images_path), np.load(labels_path)
+        if images.shape == (len(entries), channels, image_size, image_size) and labels.shape == (len(entries),):
+            return images, labels
+    images = np.stack([_decode(folder / relative, image_size, channels) for relative, *_ in entries])
+    labels = np.asarray([index for _, index, *_ in entries], dtype=np.int64)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    _save_npy_atomically(images_path, images)
+    _save_npy_atomically(labels_path, labels)
+    return images, labels

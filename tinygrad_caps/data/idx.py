@@ -1,0 +1,143 @@
+"""The IDX file format (MNIST's): reading with full validation, and writing (for tests and tools)."""
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DatasetError
+
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+              0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+READ_CHUNK = 1 << 20  # bytes read (or decompressed) at a time
+
+
+class IDXError(DatasetError, ValueError):
+    """An IDX file's header or length is wrong."""
+
+
+def _decompressed_bytes(path: Path) -> bytes:
+    """A whole file, gunzipped if it is gzip (kept for ``tinygrad_caps.datasets``; ``read_idx`` streams instead)."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise IDXError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
+    return raw
+
+
+def _parse_header(head: bytes, name: str):
+    """(element dtype, shape, header length) from the first bytes of an IDX file; raises IDXError."""
+    if len(head) < 4 or head[0] != 0 or head[1] != 0:
+        raise IDXError(f"{name}: not an IDX file (bad magic number {head[:4].hex() or 'empty'})")
+    type_code, ndim = head[2], head[3]
+    if type_code not in _IDX_TYPES:
+        raise IDXError(f"{name}: unknown IDX element type 0x{type_code:02x}")
+    if ndim == 0 or len(head) < 4 + 4 * ndim:
+        raise IDXError(f"{name}: IDX header with {ndim} dimensions is truncated")
+    shape = tuple(int(n) for n in np.frombuffer(head, dtype=">u4", count=ndim, offset=4))
+    return np.dtype(_IDX_TYPES[type_code]), shape, 4 + 4 * ndim
+
+
+def _length_error(name, length, shape, dtype, expected):
+    return IDXError(f"{name}: {length} bytes, but its header {shape} ({dtype}) needs {expected}: "
+                    f"the file is {'truncated' if length < expected else 'longer than its header says'}")
+
+
+def parse_idx(data: bytes, name: str = "<bytes>") -> np.ndarray:
+    """Decode IDX bytes: validates the magic number, the dimensions and the exact length."""
+    dtype, shape, offset = _parse_header(data[:4 + 4 * 255], name)
+    expected = offset + math.prod(shape) * dtype.itemsize
+    if len(data) != expected:
+        raise _length_error(name, len(data), shape, dtype, expected)
+    return np.frombuffer(data, dtype=dtype, offset=offset).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _read_exactly(stream, count: int) -> bytearray:
+    """Up to ``count`` bytes from ``stream`` (fewer only at its end); memory grows with the bytes
+    actually read, never with a size a hostile header merely declares."""
+    buffer = bytearray()
+    while len(buffer) < count:
+        chunk = stream.read(min(READ_CHUNK, count - len(buffer)))
+        if not chunk:
+            break
+        buffer += chunk
+    return buffer
+
+
+def _read_capped(stream, name: str, size_on_disk=None) -> np.ndarray:
+    """Decode an IDX stream, reading no more than its header declares (plus one byte to detect excess)."""
+    head = bytes(_read_exactly(stream, 4))
+    if len(head) == 4 and head[:2] == b"\x00\x00":
+        head += bytes(_read_exactly(stream, 4 * head[3]))
+    dtype, shape, offset = _parse_header(head, name)
+    expected = offset + math.prod(shape) * dtype.itemsize
+    if size_on_disk is not None and size_on_disk != expected:
+        raise _length_error(name, size_on_disk, shape, dtype, expected)
+    available = _available_bytes()
+    if available is not None and expected > available:
+        raise IDXError(f"{name}: its header declares {shape} ({dtype}), {expected:,} bytes, more than the "
+                       f"{available:,} bytes of memory available")
+    body = _read_exactly(stream, expected - offset)
+    if len(body) != expected - offset:
+        raise _length_error(name, offset + len(body), shape, dtype, expected)
+    if stream.read(1):
+        raise IDXError(f"{name}: more than the {expected} bytes its header {shape} ({dtype}) declares: "
+                       "the file is longer than its header says")
+    return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _available_bytes():
+    try:
+        fields = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                fields[key] = int(rest.split()[0]) * 1024
+        return fields["MemAvailable"] + fields.get("SwapFree", 0)
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def read_idx(path) -> np.ndarray:
+    """Read an IDX file, raw or gzip-compressed (detected from its first bytes).
+
+    A gzip stream is decompressed in chunks and never beyond the size the IDX header declares, so a
+    small file that expands to gigabytes is refused after reading one byte past that size.
+    Unreadable files (permissions, a folder) raise DatasetError.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file")
+    try:
+        with open(path, "rb") as raw:
+            if raw.read(2) == b"\x1f\x8b":
+                raw.seek(0)
+                try:
+                    with gzip.GzipFile(fileobj=raw) as stream:
+                        return _read_capped(stream, str(path))
+                except (OSError, EOFError, zlib.error) as exc:
+                    raise IDXError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
+            raw.seek(0)
+            return _read_capped(raw, str(path), size_on_disk=os.fstat(raw.fileno()).st_size)
+    except DatasetError:
+        raise
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+
+
+def write_idx(path, array, compress: bool = False) -> None:
+    """Write ``array`` as an IDX file (uint8, int8, int16, int32, float32 or float64); for tests and tools."""
+    array = np.asarray(array)
+    codes = {np.dtype(v).newbyteorder("=") if np.dtype(v).itemsize > 1 else np.dtype(v): k for k, v in _IDX_TYPES.items()}
+    code = codes.get(array.dtype)
+    if code is None:
+        raise ValueError(f"write_idx: unsupported dtype {array.dtype}")
+    header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+    data = header + array.astype(np.dtype(_IDX_TYPES[code])).tobytes()
+    Path(path).write_bytes(gzip.compress(data) if compress else data)

@@ -1,0 +1,155 @@
+"""IDX datasets: MNIST, Fashion-MNIST, or any folder holding the four IDX files.
+
+Where the four files are looked for, in order:
+    1. ``data_dir`` (the CLI's ``--data-dir``), and ``data_dir/<name>``;
+    2. ``$TINYGRAD_CAPS_DATA/<name>``, else ``~/.cache/tinygrad-caps/<name>``;
+    3. for Fashion-MNIST, the Debian package's folder ``/usr/share/datasets/fashion-mnist``
+       (``apt-get install dataset-fashion-mnist``);
+    4. a download from the standard public mirrors into folder 2, each file checked against the
+       SHA-256 of its decompressed content and written atomically.
+Offline with nothing found, the error names the four files and where to put them.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from .cache import cache_root, downloads_allowed, fetch_verified, search_dirs
+from .errors import DatasetError
+from .idx import read_idx
+
+SPLIT_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+ALL_FILES = SPLIT_FILES["train"] + SPLIT_FILES["test"]
+
+KNOWN = {
+    "mnist": {
+        "mirrors": ["https://ossci-datasets.s3.amazonaws.com/mnist/",
+                    "https://storage.googleapis.com/cvdf-datasets/mnist/"],
+        # SHA-256 of the decompressed files
+        "sha256": {
+            "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+            "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+            "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+            "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+        },
+        "system_dirs": [],
+        "classes": [str(i) for i in range(10)],
+    },
+    "fashion-mnist": {
+        "mirrors": ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+                    "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"],
+        "sha256": {
+            "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+            "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+            "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+            "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+        },
+        "system_dirs": ["/usr/share/datasets/fashion-mnist"],
+        "classes": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                    "Ankle boot"],
+    },
+}
+
+
+def _find_file(folder: Path, stem: str):
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def candidate_dirs(name: str, data_dir=None) -> list[Path]:
+    """The folders searched for ``name``'s IDX files, in order."""
+    return search_dirs(name, data_dir, KNOWN.get(name, {}).get("system_dirs", []))
+
+
+def find_dataset_dir(name: str, data_dir=None):
+    """The first folder holding all four IDX files of ``name`` (raw or .gz), or None.
+
+    A folder given as ``data_dir`` (or its ``<name>`` subfolder) that holds some of the files but
+    not all is an error (DatasetError naming the missing ones), never a reason to fall through to
+    another copy; a candidate folder that cannot be read is skipped.
+    """
+    for folder in candidate_dirs(name, data_dir):
+        try:
+            found = [_find_file(folder, stem) for stem in ALL_FILES]
+        except PermissionError:
+            continue
+        if all(found):
+            return folder
+        if data_dir is not None and folder in (Path(data_dir), Path(data_dir) / name) and any(found):
+            missing = ", ".join(stem for stem, path in zip(ALL_FILES, found) if path is None)
+            raise DatasetError(f"{folder} holds only part of dataset {name!r}: {missing}[.gz] missing")
+    return None
+
+
+def download(name: str, target: Path) -> Path:
+    """Fetch the four files of a known dataset into ``target`` (SHA-256 checked, atomic writes)."""
+    info = KNOWN[name]
+    target.mkdir(parents=True, exist_ok=True)
+    for stem in ALL_FILES:
+        if _find_file(target, stem):
+            continue
+        fetch_verified([mirror + stem + ".gz" for mirror in info["mirrors"]], target / f"{stem}.gz",
+                       info["sha256"][stem], digest_of=gzip.decompress, timeout=30)
+    return target
+
+
+def _missing_message(name: str, data_dir, reason: str) -> str:
+    files = ", ".join(f"{stem}[.gz]" for stem in ALL_FILES)
+    where = Path(data_dir) if data_dir is not None else cache_root() / name
+    hint = "\n  or install the Debian package: apt-get install dataset-fashion-mnist" if name == "fashion-mnist" else ""
+    return (f"dataset {name!r} not found ({reason}).\n  Put the four files {files}\n  into {where} "
+            f"(or pass --data-dir){hint}")
+
+
+def load_idx_dataset(name: str, split: str = "train", data_dir=None, download_missing: bool | None = None):
+    """Images and labels of one split of an IDX dataset.
+
+    Args:
+        name: "mnist", "fashion-mnist", or any name whose four IDX files are in ``data_dir``.
+        split: "train" or "test".
+        download_missing: fetch a known dataset that no folder holds (default: unless
+            ``$TINYGRAD_CAPS_OFFLINE=1``).
+    Returns:
+        (images, labels): uint8 (N, C, H, W) (C = 1 for 3-D IDX files) and int64 (N,).
+    """
+    if split not in SPLIT_FILES:
+        raise ValueError(f"load_dataset: split must be 'train' or 'test', got {split!r}")
+    folder = find_dataset_dir(name, data_dir)
+    if folder is None:
+        if name not in KNOWN:
+            raise DatasetError(_missing_message(name, data_dir, "not a known dataset, and no folder holds its files"))
+        if not (downloads_allowed() if download_missing is None else download_missing):
+            raise DatasetError(_missing_message(name, data_dir, "downloads are off"))
+        try:
+            folder = download(name, cache_root() / name)
+        except DatasetError as exc:
+            raise DatasetError(_missing_message(name, data_dir, f"offline or the mirrors failed: {exc}")) from exc
+    image_stem, label_stem = SPLIT_FILES[split]
+    images = read_idx(_find_file(folder, image_stem))
+    labels = read_idx(_find_file(folder, label_stem))
+    if images.ndim == 3:
+        images = images[:, None]
+    if images.ndim != 4 or labels.ndim != 1 or len(images) != len(labels):
+        raise DatasetError(f"{folder}: {split} images {images.shape} and labels {labels.shape} do not match")
+    if images.dtype != np.uint8:
+        raise DatasetError(f"{folder}: expected uint8 images, got {images.dtype}")
+    if labels.dtype.kind not in "iu":
+        raise DatasetError(f"{folder}: {split} labels must be integers, got {labels.dtype}")
+    return images, labels.astype(np.int64)
+
+
+def load_mnist(split: str = "train", data_dir=None, download_missing: bool | None = None):
+    """MNIST images (N, 1, 28, 28) uint8 and labels (N,) int64; see ``load_idx_dataset``."""
+    return load_idx_dataset("mnist", split, data_dir, download_missing)
+
+
+def load_fashion_mnist(split: str = "train", data_dir=None, download_missing: bool | None = None):
+    """Fashion-MNIST images (N, 1, 28, 28) uint8 and labels (N,) int64; see ``load_idx_dataset``."""
+    return load_idx_dataset("fashion-mnist", split, data_dir, download_missing)
