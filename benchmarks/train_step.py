@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # as the CLI runs (tinygrad_caps_cli.py); before NumPy loads
+import numpy as np  # noqa: E402
 
 import tinygrad_caps as tc
 from tinygrad_caps.models import CapsNet, capsule_loss

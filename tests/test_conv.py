@@ -147,6 +147,8 @@ ASYMMETRIC = [  # kernel, stride, padding, output_padding: every pair differs be
     ((3, 2), (2, 1), (1, 0), (1, 0)),
     ((2, 3), (1, 3), (0, 2), (0, 2)),
     ((1, 3), (3, 2), (2, 1), (2, 1)),
+    ((3, 2), (1, 2), (2, 3), (0, 1)),  # padding wider than the kernel
+    ((2, 3), (1, 2), (0, 3), (0, 1)),  # the last window ends exactly on the far padding
 ]
 
 

@@ -334,3 +334,23 @@ def test_a_zero_dim_integer_beside_floats_keeps_the_float_dtype():
     y = x32 + tc.tensor(np.array(2))
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y.numpy(), [3.5, 4.5])
+
+
+def test_stack_and_where_take_the_documented_argument_forms():
+    a, b = np.arange(6.0).reshape(2, 3), -np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(F.stack([t(a), t(b)], axis=-1).numpy(), np.stack([a, b], axis=-1))
+    np.testing.assert_array_equal(F.stack([t(a), t(b)], axis=-3).numpy(), np.stack([a, b], axis=0))
+    np.testing.assert_array_equal(F.expand_dims(t(a), -3).numpy(), a[None])
+    cond = [[True, False, True], [False, True, False]]
+    np.testing.assert_array_equal(F.where(cond, t(a), t(b)).numpy(), np.where(cond, a, b))
+    np.testing.assert_array_equal(F.where(t(np.array(cond)), t(a), t(b)).numpy(), np.where(cond, a, b))
+
+
+def test_capsule_ops_with_more_than_256_input_capsules():
+    """CapsNet has 1152 input capsules: shape checks must compare sizes by value, not identity."""
+    rng = np.random.default_rng(8)
+    u, w = rng.standard_normal((2, 300, 2)), rng.standard_normal((300, 3, 2, 2))
+    u_hat = F.capsule_predict(t(u), t(w)).numpy()
+    np.testing.assert_allclose(u_hat, np.einsum("ijdk,bik->bijd", w, u), **TOL)
+    c = rng.standard_normal((2, 300, 3))
+    np.testing.assert_allclose(F.routing_weighted_sum(t(c), t(u_hat)).numpy(), np.einsum("bij,bijd->bjd", c, u_hat), **TOL)

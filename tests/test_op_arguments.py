@@ -23,6 +23,8 @@ def zeros(*shape):
     (lambda: F.conv2d(zeros(1, 2, 5, 2), zeros(3, 2, 3, 3)), "conv2d"),  # too narrow, tall enough
     (lambda: F.conv2d(zeros(1, 2, 2, 5), zeros(3, 2, 3, 3)), "conv2d"),
     (lambda: F.conv2d(zeros(1, 2, 5, 5), zeros(3, 2, 3, 3), None, (1, 2, 1)), "conv"),
+    (lambda: F.conv2d(zeros(1, 2, 5, 5), zeros(3, 2, 3, 3), None, 1, (0, -0.5)), "conv"),  # not an int
+    (lambda: F.conv2d(zeros(1, 2, 5, 5), zeros(3, 2, 3, 3), None, (2.5, 1)), "conv"),
     (lambda: F.conv_transpose2d(zeros(1, 2, 3, 3), zeros(2, 4, 3, 3), None, 2, 0, 2), "conv_transpose2d"),
     (lambda: F.conv_transpose2d(zeros(1, 2, 3, 3), zeros(2, 4, 3, 3), None, (2, 3), 0, (0, 3)), "conv_transpose2d"),
     (lambda: F.conv_transpose2d(zeros(1, 2, 3, 3), zeros(2, 4, 3, 3), None, (3, 2), 0, (3, 0)), "conv_transpose2d"),
@@ -44,6 +46,11 @@ def zeros(*shape):
     (lambda: F.reshape(zeros(2, 3), (4, -1)), "reshape"),
     (lambda: F.reshape(zeros(2, 3), (5,)), "reshape"),
     (lambda: F.linear(zeros(2, 3), zeros(4, 5)), "linear"),
+    (lambda: F.mse_loss(zeros(3, 5), zeros(3, 4)), "mse_loss"),
+    (lambda: F.mse_loss(zeros(3, 4), zeros(3, 5)), "mse_loss"),
+    (lambda: F.binary_cross_entropy(zeros(3, 5), zeros(3, 1)), "binary_cross_entropy"),
+    (lambda: F.expand_dims(zeros(2, 3), -4), "expand_dims"),
+    (lambda: F.expand_dims(zeros(2, 3), 3), "expand_dims"),
     (lambda: F.linear(zeros(2, 3), zeros(4, 3, 1)), "linear"),
     (lambda: F.routing_forward(zeros(2, 3, 4), 3), "routing_forward"),
 ])

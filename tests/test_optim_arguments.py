@@ -131,6 +131,12 @@ def test_plateau_threshold_modes_and_min_lr():
     assert plateau_rates([1.0, 0.95, 0.95], factor=0.5, patience=0, threshold=0.1) == [1.0, 0.5, 0.25]
     assert plateau_rates([1.0, 0.95, 0.95], factor=0.5, patience=0, threshold=0.01, threshold_mode="abs") == [1.0, 1.0, 0.5]
     assert plateau_rates([1.0, 2.0, 2.5, 2.5, 2.5], mode="max", factor=0.5, patience=1) == [1.0, 1.0, 1.0, 1.0, 0.5]
+    # away from best = 1, where the two modes' bounds differ: rel 2.0 * 0.9 = 1.8, abs 2.0 - 0.1 = 1.9
+    assert plateau_rates([2.0, 1.85, 1.85], factor=0.5, patience=0, threshold=0.1) == [1.0, 0.5, 0.25]
+    assert plateau_rates([2.0, 1.85, 1.85], factor=0.5, patience=0, threshold=0.1, threshold_mode="abs") == [1.0, 1.0, 0.5]
+    assert plateau_rates([2.0, 2.15, 2.15], mode="max", factor=0.5, patience=0, threshold=0.1) == [1.0, 0.5, 0.25]
+    assert plateau_rates([2.0, 2.15, 2.15], mode="max", factor=0.5, patience=0, threshold=0.1,
+                         threshold_mode="abs") == [1.0, 1.0, 0.5]
     # max with abs: 1.05 is not above 1.0 + 0.1, 1.2 is
     assert plateau_rates([1.0, 1.05, 1.2, 1.25], mode="max", factor=0.5, patience=0, threshold=0.1,
                          threshold_mode="abs") == [1.0, 0.5, 0.5, 0.25]

@@ -95,3 +95,5 @@ def test_uniform_routing_is_one_iteration_from_zero_logits(leaky):
 def test_routing_rejects_u_hat_that_is_not_four_dimensional(shape):
     with pytest.raises(ValueError, match="^dynamic_routing: "):
         dynamic_routing(tc.tensor(np.zeros(shape)))
+    with pytest.raises(ValueError, match="^uniform_routing: "):
+        uniform_routing(tc.tensor(np.zeros(shape)))

@@ -7,7 +7,9 @@ What it changes, for the whole process (PyTorch and anything else in it included
 - glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` go to 1 GiB through ``mallopt``. glibc
   serves blocks above the mmap threshold (128 KiB at first) with a fresh ``mmap`` and unmaps them
   on free, so every large intermediate array of every op pays page faults and zeroing again;
-  with the raised thresholds freed blocks are reused. Skipped when the user set
+  with the raised thresholds freed blocks are reused. ``M_ARENA_MAX`` goes to 1, so the threads that
+  split large NumPy loops (``ops/_parallel.py``) allocate from the one heap whose freed blocks the
+  next op reuses, instead of each keeping an arena of its own. Skipped when the user set
   ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` (their choice wins), and on non-glibc C
   libraries.
 - NumPy's per-array ``madvise(MADV_HUGEPAGE)`` request for arrays of 4 MiB and more is turned
@@ -28,6 +30,7 @@ import sys
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 THRESHOLD_BYTES = 1 << 30
 GLIBC_DEFAULT_BYTES = 128 * 1024
 
@@ -47,11 +50,12 @@ def _mallopt():
     return mallopt
 
 
-def _set_thresholds(value: int) -> bool:
+def _set_thresholds(value: int, arenas: int) -> bool:
     mallopt = _mallopt()
     if mallopt is None:
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, value)) and bool(mallopt(M_TRIM_THRESHOLD, value))
+    return (bool(mallopt(M_MMAP_THRESHOLD, value)) and bool(mallopt(M_TRIM_THRESHOLD, value))
+            and bool(mallopt(M_ARENA_MAX, arenas)))
 
 
 def _numpy_hugepage_switch():
@@ -76,13 +80,13 @@ def tune_allocator(enabled: bool = True) -> dict:
     if enabled:
         if os.environ.get("TINYGRAD_CAPS_MALLOC_TUNING", "1") != "0":
             if "MALLOC_MMAP_THRESHOLD_" not in os.environ and "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-                applied = _set_thresholds(THRESHOLD_BYTES) or applied
+                applied = _set_thresholds(THRESHOLD_BYTES, 1) or applied
             switch = _numpy_hugepage_switch()
             if switch is not None and "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
                 switch(False)
                 hugepage_madvise_disabled = True
     else:
-        if applied and _set_thresholds(GLIBC_DEFAULT_BYTES):
+        if applied and _set_thresholds(GLIBC_DEFAULT_BYTES, 0):
             applied = False
         switch = _numpy_hugepage_switch()
         if hugepage_madvise_disabled and switch is not None:

@@ -30,7 +30,7 @@ from tree_copy import copy_tree, environment
 
 FAST = ["tests/test_op_arguments.py", "tests/test_forward_values.py"]
 OPTIM = ["tests/test_fixtures.py", "tests/test_defaults.py", "tests/test_optim_arguments.py", "tests/test_optim.py"]
-MODELS = ["tests/test_routing_reference.py", "tests/test_fixtures.py", "tests/test_defaults.py",
+MODELS = ["tests/test_routing_reference.py", "tests/test_fixtures.py", "tests/test_defaults.py", "tests/test_capsnet_layers.py",
           "tests/test_capsnet_semantics.py", "tests/test_official_conventions.py", "tests/test_capsnet_variants.py"]
 
 # module -> the tests that exercise it, fastest first (each run stops at the first failure)

@@ -23,6 +23,7 @@ from ..kernels import launch as kernel_launch
 from ..kernels import routing as routing_kernels
 from ..tensor import Tensor, as_tensor
 from ._common import Bilinear
+from ._parallel import over_slices
 from .shape import expand_dims
 
 
@@ -68,7 +69,16 @@ def weighted_sum_array(c, u_hat):
     """c (B,I,J), u_hat (B,I,J,D) -> s (B,J,D)."""
     if _runner(c) is not None:
         return routing_kernels.routing_weighted_sum(c, u_hat, runner=_runner(c))
-    return array_module(c).einsum("bij,bijd->bjd", c, u_hat)
+    xp = array_module(c)
+    if xp is not np:
+        return xp.einsum("bij,bijd->bjd", c, u_hat)
+    out = np.empty((c.shape[0], c.shape[2], u_hat.shape[3]), dtype=np.result_type(c, u_hat))
+
+    def run(start, stop):  # examples are independent: one slice of the batch per core
+        np.einsum("bij,bijd->bjd", c[start:stop], u_hat[start:stop], out=out[start:stop])
+
+    over_slices(c.shape[0], run, u_hat.nbytes)
+    return out
 
 
 def agreement_array(u_hat, v):
@@ -76,8 +86,16 @@ def agreement_array(u_hat, v):
     if _runner(u_hat) is not None:
         return routing_kernels.routing_agreement(u_hat, v, runner=_runner(u_hat))
     xp = array_module(u_hat)
-    # (B, J, I, D) @ (B, J, D, 1): one GEMV per (example, output capsule)
-    return xp.matmul(u_hat.transpose(0, 2, 1, 3), v[..., None])[..., 0].transpose(0, 2, 1)
+    if xp is not np:
+        return xp.matmul(u_hat.transpose(0, 2, 1, 3), v[..., None])[..., 0].transpose(0, 2, 1)
+    b, i, j, _ = u_hat.shape
+    out = np.empty((b, j, i), dtype=np.result_type(u_hat, v))
+
+    def run(start, stop):  # (B, J, I, D) @ (B, J, D, 1): one GEMV per (example, output capsule)
+        np.matmul(u_hat[start:stop].transpose(0, 2, 1, 3), v[start:stop, ..., None], out=out[start:stop, ..., None])
+
+    over_slices(b, run, u_hat.nbytes)
+    return out.transpose(0, 2, 1)
 
 
 class CapsulePredict(Bilinear):

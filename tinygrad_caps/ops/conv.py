@@ -17,6 +17,7 @@ from ..kernels import conv as conv_kernels
 from ..kernels import launch as kernel_launch
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
+from ._parallel import over_slices
 from .linalg import matmul
 from .shape import reshape, transpose
 
@@ -85,7 +86,15 @@ def im2col_array(x, kernel, stride, padding):
     else:
         shape, strides = (c, kh, kw, n, oh, ow), (s[0], s[2], s[3], s[1], s[2] * sh, s[3] * sw)
     windows = xp.lib.stride_tricks.as_strided(src, shape=shape, strides=strides)
-    return xp.ascontiguousarray(windows).reshape(c * kh * kw, n * oh * ow)
+    if xp is not np:
+        return xp.ascontiguousarray(windows).reshape(c * kh * kw, n * oh * ow)
+    col = np.empty(shape, dtype=x.dtype)
+
+    def copy_channels(start, stop):
+        col[start:stop] = windows[start:stop]
+
+    over_slices(c, copy_channels, col.nbytes)
+    return col.reshape(c * kh * kw, n * oh * ow)
 
 
 def col2im_array(col, image_shape, kernel, stride, padding):
@@ -104,10 +113,17 @@ def col2im_array(col, image_shape, kernel, stride, padding):
     if batch_last(n, xp):
         patches = col.reshape(c, kh, kw, oh, ow, n)
         out = xp.zeros((c, hp, wp, n), dtype=col.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                out[:, i:i + sh * oh:sh, j:j + sw * ow:sw, :] += patches[:, i, j]
-        out = out[:, ph:ph + h, pw:pw + w, :]
+        result = np.empty((n, c, h, w), dtype=col.dtype)
+
+        def add_channels(start, stop):  # channels are independent: each thread sums its own
+            part = out[start:stop]
+            for i in range(kh):
+                for j in range(kw):
+                    part[:, i:i + sh * oh:sh, j:j + sw * ow:sw, :] += patches[start:stop, i, j]
+            result[:, start:stop] = part[:, ph:ph + h, pw:pw + w, :].transpose(3, 0, 1, 2)
+
+        over_slices(c, add_channels, col.nbytes)
+        return result
     else:
         patches = col.reshape(c, kh, kw, n, oh, ow)
         out = xp.zeros((c, n, hp, wp), dtype=col.dtype)

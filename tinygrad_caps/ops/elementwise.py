@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from ..autograd import Function
 from ..backend import array_module
 from ..tensor import Tensor, as_tensor
+from . import _parallel as parallel
 from ._common import Bilinear, constant, operands, sum_to
 
 
@@ -14,7 +17,7 @@ class Add(Function):
     save_inputs = ()
 
     def forward(self, a, b):
-        return a + b
+        return parallel.binary(np.add, a, b)
 
     def backward(self, gy):
         a, b = self.inputs
@@ -26,7 +29,7 @@ class Sub(Function):
     save_inputs = ()
 
     def forward(self, a, b):
-        return a - b
+        return parallel.binary(np.subtract, a, b)
 
     def backward(self, gy):
         a, b = self.inputs
@@ -36,7 +39,7 @@ class Sub(Function):
 
 class Mul(Bilinear):
     def forward(self, a, b):
-        return a * b
+        return parallel.binary(np.multiply, a, b)
 
     def backward(self, gy):
         a, b = self.inputs
@@ -50,7 +53,7 @@ class Div(Function):
         return (0, 1) if needs_grad[1] else (1,)
 
     def forward(self, a, b):
-        return a / b
+        return parallel.binary(np.divide, a, b)
 
     def backward(self, gy):
         a, b = self.inputs

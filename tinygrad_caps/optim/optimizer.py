@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import backend
+from ..ops._parallel import over_slices
 from ..tensor import Tensor
 
 
@@ -143,12 +146,6 @@ class Adam(Optimizer):
 
     def update(self, param, grad, state):
         xp = backend.array_module(param)
-        beta1, beta2 = self.betas
-        if self.weight_decay:
-            if self.decoupled_decay:
-                param *= 1 - self.lr * self.weight_decay
-            else:
-                grad = grad + self.weight_decay * param
         if "step" not in state:
             state["step"] = 0
             state["exp_avg"] = xp.zeros_like(param)
@@ -156,15 +153,32 @@ class Adam(Optimizer):
             if self.amsgrad:
                 state["max_exp_avg_sq"] = xp.zeros_like(param)
         state["step"] += 1
-        t = state["step"]
-        m, v = state["exp_avg"], state["exp_avg_sq"]
+        arrays = [param, grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq")]
+        if xp is np and param.ndim >= 1:
+            # The same elementwise arithmetic on slices along the first axis, one per core.
+            def run(start, stop):
+                self._update_slice(*[None if a is None else a[start:stop] for a in arrays], state["step"])
+
+            over_slices(param.shape[0], run, param.nbytes * 4)
+        else:
+            self._update_slice(*arrays, state["step"])
+
+    def _update_slice(self, param, grad, m, v, max_v, t):
+        """Adam's update, in place, on matching slices of the parameter, gradient and moments."""
+        xp = backend.array_module(param)
+        beta1, beta2 = self.betas
+        if self.weight_decay:
+            if self.decoupled_decay:
+                param *= 1 - self.lr * self.weight_decay
+            else:
+                grad = grad + self.weight_decay * param
         m *= beta1
         m += (1 - beta1) * grad
         v *= beta2
         v += (1 - beta2) * grad * grad
         if self.amsgrad:
-            xp.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
-            v = state["max_exp_avg_sq"]
+            xp.maximum(max_v, v, out=max_v)
+            v = max_v
         bias_correction2_sqrt = math.sqrt(1 - beta2 ** t)
         step_size = self.lr / (1 - beta1 ** t)
         denom = xp.sqrt(v) / bias_correction2_sqrt + self.eps

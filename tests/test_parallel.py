@@ -1,0 +1,74 @@
+"""Work split over the cores (ops/_parallel.py) gives exactly the one-thread result."""
+import numpy as np
+import pytest
+
+import tinygrad_caps as tc
+from tinygrad_caps.ops import _parallel
+from tinygrad_caps.ops.capsule import agreement_array, weighted_sum_array
+from tinygrad_caps.ops.conv import col2im_array, im2col_array
+
+
+def test_over_slices_covers_the_range_once_in_order_of_slices(monkeypatch):
+    monkeypatch.setenv("TINYGRAD_CAPS_NUM_THREADS", "3")
+    seen = []
+    _parallel.over_slices(10, lambda start, stop: seen.append((start, stop)), nbytes=1 << 30)
+    assert sorted(seen) == [(0, 3), (3, 6), (6, 10)]
+    seen.clear()
+    _parallel.over_slices(10, lambda start, stop: seen.append((start, stop)), nbytes=10)  # small: inline
+    assert seen == [(0, 10)]
+
+
+def test_an_error_in_a_slice_reaches_the_caller(monkeypatch):
+    monkeypatch.setenv("TINYGRAD_CAPS_NUM_THREADS", "2")
+
+    def work(start, stop):
+        if start > 0:
+            raise ValueError("slice failed")
+
+    with pytest.raises(ValueError, match="slice failed"):
+        _parallel.over_slices(4, work, nbytes=1 << 30)
+
+
+def _with_threads(monkeypatch, count, fn):
+    monkeypatch.setenv("TINYGRAD_CAPS_NUM_THREADS", str(count))
+    return fn()
+
+
+@pytest.mark.parametrize("ufunc", [np.add, np.subtract, np.multiply, np.divide])
+def test_binary_equals_the_plain_ufunc(monkeypatch, ufunc):
+    monkeypatch.setattr(_parallel, "PARALLEL_ELEMENTWISE_BYTES", 0)
+    rng = np.random.default_rng(0)
+    a, b = rng.random((7, 5, 1, 3), dtype=np.float32) + 0.5, rng.random((1, 5, 4, 3), dtype=np.float32) + 0.5
+    expected = ufunc(a, b)
+    got = _with_threads(monkeypatch, 2, lambda: _parallel.binary(ufunc, a, b))
+    assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    mixed = _parallel.binary(ufunc, a, b.astype(np.float64))  # other dtypes: one plain call
+    assert mixed.dtype == np.float64
+
+
+def test_conv_routing_and_adam_are_identical_with_one_and_two_threads(monkeypatch):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((9, 6, 11, 10)).astype(np.float32)
+    c = rng.random((9, 40, 5)).astype(np.float32)
+    u_hat = rng.standard_normal((9, 40, 5, 4)).astype(np.float32)
+    v = rng.standard_normal((9, 5, 4)).astype(np.float32)
+    monkeypatch.setattr(_parallel, "MIN_BYTES_PER_THREAD", 1)
+
+    def compute():
+        col = im2col_array(x, (3, 4), (2, 1), (1, 2))
+        image = col2im_array(col, x.shape, (3, 4), (2, 1), (1, 2))
+        p = tc.tensor(rng_params.copy(), requires_grad=True)
+        p.grad = tc.Tensor(grads.copy())
+        opt = tc.optim.Adam([p], lr=0.1, weight_decay=0.01, amsgrad=True)
+        opt.step()
+        opt.step()
+        return col, image, weighted_sum_array(c, u_hat), agreement_array(u_hat, v), p.numpy()
+
+    rng_params = rng.standard_normal((6, 7)).astype(np.float32)
+    grads = rng.standard_normal((6, 7)).astype(np.float32)
+    one = _with_threads(monkeypatch, 1, compute)
+    two = _with_threads(monkeypatch, 2, compute)
+    for a, b in zip(one, two):
+        assert np.array_equal(a, b)
+    np.testing.assert_allclose(one[2], np.einsum("bij,bijd->bjd", c, u_hat), rtol=1e-5)
+    np.testing.assert_allclose(one[3], np.einsum("bijd,bjd->bij", u_hat, v), rtol=1e-5, atol=1e-6)
