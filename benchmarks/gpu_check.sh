@@ -3,11 +3,12 @@
 # H100, CuPy's first compile included). Fails when there is no GPU, when any GPU test fails or is
 # skipped, when compute-sanitizer (memcheck, racecheck) reports anything in the kernel self-test,
 # or when a benchmark fails. Logs and one gpu_summary.json go to OUTDIR.
-#   bash benchmarks/gpu_check.sh [OUTDIR]      (default /tmp/tinygrad-caps-gpu-check)
+#   bash benchmarks/gpu_check.sh [OUTDIR]      (default $OUT if set, else /tmp/tinygrad-caps-gpu-check)
 # The GPU machine has no network: the project is installed without dependencies from its image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=$(mkdir -p "${1:-/tmp/tinygrad-caps-gpu-check}" && cd "${1:-/tmp/tinygrad-caps-gpu-check}" && pwd)
+target=${1:-${OUT:-/tmp/tinygrad-caps-gpu-check}}
+out=$(mkdir -p "$target" && cd "$target" && pwd)
 py=${PYTHON:-python3}
 started=$(date +%s)
 export PYTHONUNBUFFERED=1
