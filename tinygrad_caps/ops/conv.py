@@ -160,6 +160,45 @@ class Col2Im(Function):
         return Im2Col(self.kernel, self.stride, self.padding)(gy)
 
 
+class Conv2d(Function):
+    """Cross-correlation without bias as one node: im2col and one GEMM.
+
+    The node keeps the image (for the weight's gradient) and the weight (for the image's), never
+    the column matrix: backward builds the columns again (PrimaryCaps at B=100: 298 MB of columns
+    against a 41 MB image). Backward is written with Im2Col, MatMul and Col2Im, so it is
+    differentiable again.
+    """
+
+    def __init__(self, kernel, stride, padding):
+        self.kernel, self.stride, self.padding = kernel, stride, padding
+
+    def inputs_to_save(self, needs_grad):
+        return tuple(1 - k for k in (0, 1) if needs_grad[k])
+
+    def forward(self, x, w):
+        n, o = x.shape[0], w.shape[0]
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        oh, ow = conv_output_size(x.shape[2], kh, sh, ph), conv_output_size(x.shape[3], kw, sw, pw)
+        xp = array_module(x)
+        col = im2col_array(x, self.kernel, self.stride, self.padding)
+        y = xp.matmul(w.reshape(o, -1), col)
+        grid = (o, oh, ow, n) if batch_last(n, xp) else (o, n, oh, ow)
+        return y.reshape(grid).transpose(from_channels_first_axes(n, xp))
+
+    def backward(self, gy):
+        x, w = self.inputs
+        n, o = x.shape[0], w.shape[0]
+        xp = gy.xp
+        rows = reshape(transpose(gy, channels_first_axes(n, xp)), (o, -1))  # (O, columns)
+        gx = gw = None
+        if self.needs_grad[0]:  # first, so its column-sized product is gone before the columns are rebuilt
+            gx = Col2Im(x.shape, self.kernel, self.stride, self.padding)(matmul(transpose(reshape(w, (o, -1))), rows))
+        if self.needs_grad[1]:
+            col = Im2Col(self.kernel, self.stride, self.padding)(x)
+            gw = reshape(matmul(rows, transpose(col)), w.shape)
+        return gx, gw
+
+
 def im2col(x, kernel_size, stride=1, padding=0) -> Tensor:
     """Differentiable im2col: x (N, C, H, W) -> (C*kh*kw, N*OH*OW)."""
     x = as_tensor(x)
@@ -208,10 +247,7 @@ def conv2d(x, w, b=None, stride=1, padding=0) -> Tensor:
     oh, ow = conv_output_size(h, kh, stride[0], padding[0]), conv_output_size(w, kw, stride[1], padding[1])
     if oh < 1 or ow < 1:
         raise ShapeError(f"conv2d: kernel {(kh, kw)} is larger than the padded input {x.shape}")
-    col = Im2Col((kh, kw), stride, padding)(x)
-    y = matmul(reshape(weight, (o, c * kh * kw)), col)
-    grid = (o, oh, ow, n) if batch_last(n, x.xp) else (o, n, oh, ow)
-    y = transpose(reshape(y, grid), from_channels_first_axes(n, x.xp))
+    y = Conv2d((kh, kw), stride, padding)(x, weight)
     if bias is not None:
         y = y + reshape(bias, (1, o, 1, 1))
     return y
