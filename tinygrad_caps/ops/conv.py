@@ -17,6 +17,7 @@ from ..kernels import conv as conv_kernels
 from ..kernels import launch as kernel_launch
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
+from ._common import Bilinear
 from ._parallel import over_slices
 from .linalg import matmul
 from .shape import reshape, transpose
@@ -160,20 +161,17 @@ class Col2Im(Function):
         return Im2Col(self.kernel, self.stride, self.padding)(gy)
 
 
-class Conv2d(Function):
+class Conv2d(Bilinear):
     """Cross-correlation without bias as one node: im2col and one GEMM.
 
-    The node keeps the image (for the weight's gradient) and the weight (for the image's), never
-    the column matrix: backward builds the columns again (PrimaryCaps at B=100: 298 MB of columns
-    against a 41 MB image). Backward is written with Im2Col, MatMul and Col2Im, so it is
+    Bilinear in (image, weight): the node keeps the image (for the weight's gradient) and the
+    weight (for the image's), never the column matrix: backward builds the columns again
+    (PrimaryCaps at B=100: 298 MB of columns against a 41 MB image). Backward is written with Im2Col, MatMul and Col2Im, so it is
     differentiable again.
     """
 
     def __init__(self, kernel, stride, padding):
         self.kernel, self.stride, self.padding = kernel, stride, padding
-
-    def inputs_to_save(self, needs_grad):
-        return tuple(1 - k for k in (0, 1) if needs_grad[k])
 
     def forward(self, x, w):
         n, o = x.shape[0], w.shape[0]
