@@ -6,42 +6,9 @@ import pytest
 
 import tinygrad_caps as tc
 from tinygrad_caps.models import CapsNet, capsule_loss
+from torch_reference import torch_capsnet
 
 CONFIG = dict(image_size=16, kernel_size=5, conv1_channels=8, primary_types=4, primary_dim=8, digit_dim=16)
-
-
-def torch_capsnet(torch, state, x, y, iterations, gradient, types=4, dim=8):
-    """The paper's CapsNet, written directly in PyTorch; returns v, lengths, reconstruction, loss."""
-    f = torch.nn.functional
-    p = {k: v for k, v in state.items()}
-    h = f.relu(f.conv2d(x, p["conv1.weight"], p["conv1.bias"]))
-    s = f.conv2d(h, p["primary.weight"], p["primary.bias"], stride=2)
-    b, _, hh, ww = s.shape
-    s = s.view(b, types, dim, hh, ww).permute(0, 1, 3, 4, 2).reshape(b, types * hh * ww, dim)
-
-    def squash(t):
-        sq = (t * t).sum(-1, keepdim=True)
-        return sq / (1 + sq) * t / torch.sqrt(sq + 1e-8)
-
-    u = squash(s)
-    u_hat = torch.einsum("ijdk,bik->bijd", p["digit.weight"], u)
-    frozen = u_hat.detach() if gradient == "detach" else u_hat
-    logits = torch.zeros(u_hat.shape[:3], dtype=u_hat.dtype)
-    for r in range(iterations):
-        predictions = u_hat if r == iterations - 1 else frozen
-        c = torch.softmax(logits, dim=2)
-        v = squash(torch.einsum("bij,bijd->bjd", c, predictions))
-        if r < iterations - 1:
-            logits = logits + torch.einsum("bijd,bjd->bij", predictions, v)
-    lengths = torch.sqrt((v * v).sum(-1) + 1e-8)
-    mask = f.one_hot(y, v.shape[1]).to(v.dtype)
-    d = (v * mask[..., None]).reshape(b, -1)
-    d = f.relu(f.linear(d, p["decoder.fc1.weight"], p["decoder.fc1.bias"]))
-    d = f.relu(f.linear(d, p["decoder.fc2.weight"], p["decoder.fc2.bias"]))
-    recon = torch.sigmoid(f.linear(d, p["decoder.fc3.weight"], p["decoder.fc3.bias"]))
-    margin = (mask * f.relu(0.9 - lengths) ** 2 + 0.5 * (1 - mask) * f.relu(lengths - 0.1) ** 2).sum(1)
-    loss = (margin + 0.0005 * ((recon - x.reshape(b, -1)) ** 2).sum(1)).mean()
-    return v, lengths, recon, loss
 
 
 def relative_error(ours, ref):
@@ -63,7 +30,8 @@ def test_capsnet_matches_pytorch_in_float64(iterations, gradient):
     loss.backward()
 
     state = {k: torch.tensor(np.array(a), requires_grad=True) for k, a in model.state_dict().items()}
-    tv, tl, tr, tloss = torch_capsnet(torch, state, torch.tensor(x), torch.tensor(y), iterations, gradient)
+    tv, tl, tr, tloss = torch_capsnet(torch, state, torch.tensor(x), torch.tensor(y), iterations, gradient,
+                                      types=4, dim=8)
     tloss.backward()
     errors = {"v": relative_error(v.numpy(), tv.detach().numpy()),
               "lengths": relative_error(lengths.numpy(), tl.detach().numpy()),

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from torch_reference import torch_capsnet as reference_capsnet  # noqa: E402
 FIXTURES = HERE / "fixtures.npz"
 
 # The CapsNet: CapsNet(**CAPSNET_CONFIG) with its decoder replaced by FCDecoder(24, 144, hidden=(8, 12)).
@@ -91,36 +93,9 @@ def capsnet_parameters(rng):
 
 
 def torch_capsnet(p, x, y, iterations, gradient):
-    """The paper's CapsNet in PyTorch: returns v, lengths, reconstruction and the loss."""
-    f = torch.nn.functional
-    c = CAPSNET_CONFIG
-    h = f.relu(f.conv2d(x, p["conv1.weight"], p["conv1.bias"]))
-    s = f.conv2d(h, p["primary.weight"], p["primary.bias"], stride=2)
-    b, _, hh, ww = s.shape
-    types, dim = c["primary_types"], c["primary_dim"]
-    s = s.view(b, types, dim, hh, ww).permute(0, 1, 3, 4, 2).reshape(b, types * hh * ww, dim)
-
-    def squash(t):
-        sq = (t * t).sum(-1, keepdim=True)
-        return sq / (1 + sq) * t / torch.sqrt(sq + 1e-8)
-
-    u_hat = torch.einsum("ijdk,bik->bijd", p["digit.weight"], squash(s))
-    frozen = u_hat.detach() if gradient == "detach" else u_hat
-    logits = torch.zeros(u_hat.shape[:3], dtype=u_hat.dtype)
-    for r in range(iterations):
-        predictions = u_hat if r == iterations - 1 else frozen
-        v = squash(torch.einsum("bij,bijd->bjd", torch.softmax(logits, dim=2), predictions))
-        if r < iterations - 1:
-            logits = logits + torch.einsum("bijd,bjd->bij", predictions, v)
-    lengths = torch.sqrt((v * v).sum(-1) + 1e-8)
-    mask = f.one_hot(y, v.shape[1]).to(v.dtype)
-    d = (v * mask[..., None]).reshape(b, -1)
-    d = f.relu(f.linear(d, p["decoder.fc1.weight"], p["decoder.fc1.bias"]))
-    d = f.relu(f.linear(d, p["decoder.fc2.weight"], p["decoder.fc2.bias"]))
-    recon = torch.sigmoid(f.linear(d, p["decoder.fc3.weight"], p["decoder.fc3.bias"]))
-    margin = (mask * f.relu(0.9 - lengths) ** 2 + 0.5 * (1 - mask) * f.relu(lengths - 0.1) ** 2).sum(1)
-    loss = (margin + 0.0005 * ((recon - x.reshape(b, -1)) ** 2).sum(1)).mean()
-    return v, lengths, recon, loss
+    """The paper's CapsNet in PyTorch (tests/torch_reference.py): v, lengths, reconstruction, loss."""
+    return reference_capsnet(torch, p, x, y, iterations, gradient, CAPSNET_CONFIG["primary_types"],
+                             CAPSNET_CONFIG["primary_dim"])
 
 
 def capsnet_fixtures():
