@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from tinygrad_caps.data.idx import meminfo_available_bytes
+
 from .errors import UsageError
 
 GIB = 1024 ** 3
@@ -77,15 +79,9 @@ def training_bytes(config: dict, batch_size: int, dtype="float32", training: boo
 
 def available_bytes():
     """Memory a new allocation can still get (MemAvailable plus free swap), or None where unknown."""
-    try:
-        fields = {}
-        with open("/proc/meminfo") as f:
-            for line in f:
-                name, _, rest = line.partition(":")
-                fields[name] = int(rest.split()[0]) * 1024
-        return fields["MemAvailable"] + fields.get("SwapFree", 0)
-    except (OSError, KeyError, ValueError, IndexError):
-        pass
+    available = meminfo_available_bytes()
+    if available is not None:
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):

@@ -79,7 +79,7 @@ def _read_capped(stream, name: str, size_on_disk=None) -> np.ndarray:
     expected = offset + math.prod(shape) * dtype.itemsize
     if size_on_disk is not None and size_on_disk != expected:
         raise _length_error(name, size_on_disk, shape, dtype, expected)
-    available = _available_bytes()
+    available = meminfo_available_bytes()
     if available is not None and expected > available:
         raise IDXError(f"{name}: its header declares {shape} ({dtype}), {expected:,} bytes, more than the "
                        f"{available:,} bytes of memory available")
@@ -92,7 +92,8 @@ def _read_capped(stream, name: str, size_on_disk=None) -> np.ndarray:
     return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
-def _available_bytes():
+def meminfo_available_bytes():
+    """MemAvailable plus free swap from /proc/meminfo, in bytes; None where it cannot be read."""
     try:
         fields = {}
         with open("/proc/meminfo") as f:
