@@ -246,9 +246,8 @@ class Function:
             self.inputs = tuple(x if k in keep else _InputInfo(x, self.name, k) for k, x in enumerate(inputs))
             self._saved_versions = tuple(x._version if k in keep else None for k, x in enumerate(inputs))
         if self.save_output:
-            if out._vc is None:
-                out._vc = [0]
-            self._saved_output, self._output_vc, self._output_version = y, out._vc, out._vc[0]
+            counter = out._shared_version_counter()
+            self._saved_output, self._output_vc, self._output_version = y, counter, counter[0]
         self.keep_for_backward(arrays, y)
         self._output = weakref.ref(out)
         out.creator = self
@@ -305,9 +304,7 @@ def _share_version_with_base(out, inputs, arrays):
     base = out.data.base
     for x, a in zip(inputs, arrays):
         if a is base or getattr(a, "base", None) is base:
-            if x._vc is None:
-                x._vc = [0]
-            out._vc = x._vc
+            out._vc = x._shared_version_counter()
             return
 
 

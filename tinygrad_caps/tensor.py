@@ -138,9 +138,7 @@ class Tensor:
     def detach(self) -> "Tensor":
         """A new leaf sharing this tensor's data (and its version counter), with no graph and no gradient."""
         t = Tensor._wrap(self.data)
-        if self._vc is None:
-            self._vc = [0]
-        t._vc = self._vc
+        t._vc = self._shared_version_counter()
         return t
 
     def to(self, device=None, dtype=None) -> "Tensor":
@@ -218,6 +216,12 @@ class Tensor:
     def _version(self) -> int:
         """How many in-place updates were made through the engine to this tensor's data (views share it)."""
         return 0 if self._vc is None else self._vc[0]
+
+    def _shared_version_counter(self) -> list:
+        """This tensor's version counter (a one-element list), created on first need, to share with a view."""
+        if self._vc is None:
+            self._vc = [0]
+        return self._vc
 
     def _bump_version(self) -> None:
         """Count an in-place update of ``data`` (call after changing the array in place)."""
