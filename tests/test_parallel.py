@@ -1,10 +1,10 @@
-"""Work split over the cores (ops/_parallel.py) gives exactly the one-thread result."""
+"""Work split over the cores (tinygrad_caps/_parallel.py) gives exactly the one-thread result."""
 import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from tinygrad_caps.ops import _parallel
-from tinygrad_caps.ops.capsule import agreement_array, weighted_sum_array
+from tinygrad_caps import _parallel
+from tinygrad_caps.ops.capsule import agreement_array, grad_u_array, grad_w_array, predict_array, weighted_sum_array
 from tinygrad_caps.ops.conv import col2im_array, im2col_array
 
 
@@ -42,8 +42,35 @@ def test_binary_equals_the_plain_ufunc(monkeypatch, ufunc):
     expected = ufunc(a, b)
     got = _with_threads(monkeypatch, 2, lambda: _parallel.binary(ufunc, a, b))
     assert got.dtype == expected.dtype and np.array_equal(got, expected)
-    mixed = _parallel.binary(ufunc, a, b.astype(np.float64))  # other dtypes: one plain call
-    assert mixed.dtype == np.float64
+    mixed = _with_threads(monkeypatch, 2, lambda: _parallel.binary(ufunc, a, b.astype(np.float64)))
+    assert mixed.dtype == np.float64 and np.array_equal(mixed, ufunc(a, b.astype(np.float64)))
+
+
+@pytest.mark.parametrize("ufunc, other", [(np.add, "same"), (np.multiply, "bool"), (np.maximum, "zero"),
+                                          (np.greater, "zero")])
+def test_binary_keeps_the_layout_of_a_transposed_operand(monkeypatch, ufunc, other):
+    monkeypatch.setattr(_parallel, "PARALLEL_ELEMENTWISE_BYTES", 0)
+    monkeypatch.setattr(_parallel, "MIN_BYTES_PER_THREAD", 1)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((5, 3, 4, 6)).astype(np.float32).transpose(3, 0, 1, 2)  # NCHW view of (C, H, W, N)
+    b = {"same": rng.standard_normal((5, 3, 4, 6)).astype(np.float32).transpose(3, 0, 1, 2), "bool": a > 0,
+         "zero": np.zeros((), np.float32)}[other]
+    expected = ufunc(a, b)
+    got = _with_threads(monkeypatch, 2, lambda: _parallel.binary(ufunc, a, b))
+    assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    assert got.strides == expected.strides  # the memory order NumPy itself picks for a transposed input
+
+
+def test_add_into_sums_in_place_in_any_layout(monkeypatch):
+    monkeypatch.setattr(_parallel, "PARALLEL_ELEMENTWISE_BYTES", 0)
+    monkeypatch.setattr(_parallel, "MIN_BYTES_PER_THREAD", 1)
+    rng = np.random.default_rng(3)
+    target = rng.standard_normal((7, 4, 5)).astype(np.float32).transpose(2, 0, 1)
+    value = rng.standard_normal((7, 1)).astype(np.float32)  # broadcasts to (5, 7, 4)
+    expected = target + value
+    got = _with_threads(monkeypatch, 2, lambda: _parallel.add_into(target, value))
+    assert got is target and np.array_equal(target, expected)
+    assert _parallel.add_into(np.float64(1.5), np.array(2.0)) == 3.5  # a NumPy scalar: the sum is returned
 
 
 def test_conv_routing_and_adam_are_identical_with_one_and_two_threads(monkeypatch):
@@ -52,7 +79,11 @@ def test_conv_routing_and_adam_are_identical_with_one_and_two_threads(monkeypatc
     c = rng.random((9, 40, 5)).astype(np.float32)
     u_hat = rng.standard_normal((9, 40, 5, 4)).astype(np.float32)
     v = rng.standard_normal((9, 5, 4)).astype(np.float32)
+    u = rng.standard_normal((9, 40, 3)).astype(np.float32)
+    W = rng.standard_normal((40, 5, 4, 3)).astype(np.float32)
+    logits = rng.standard_normal((9, 40, 5)).astype(np.float32)
     monkeypatch.setattr(_parallel, "MIN_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(tc.optim.Adam, "chunk", 5)  # several chunks in each thread's range
 
     def compute():
         col = im2col_array(x, (3, 4), (2, 1), (1, 2))
@@ -62,7 +93,9 @@ def test_conv_routing_and_adam_are_identical_with_one_and_two_threads(monkeypatc
         opt = tc.optim.Adam([p], lr=0.1, weight_decay=0.01, amsgrad=True)
         opt.step()
         opt.step()
-        return col, image, weighted_sum_array(c, u_hat), agreement_array(u_hat, v), p.numpy()
+        capsules = predict_array(u, W), grad_u_array(u_hat, W), grad_w_array(u_hat, u)
+        return (col, image, weighted_sum_array(c, u_hat), agreement_array(u_hat, v), p.numpy(), *capsules,
+                tc.functional.softmax(tc.tensor(logits), axis=2).numpy())
 
     rng_params = rng.standard_normal((6, 7)).astype(np.float32)
     grads = rng.standard_normal((6, 7)).astype(np.float32)
@@ -72,3 +105,6 @@ def test_conv_routing_and_adam_are_identical_with_one_and_two_threads(monkeypatc
         assert np.array_equal(a, b)
     np.testing.assert_allclose(one[2], np.einsum("bij,bijd->bjd", c, u_hat), rtol=1e-5)
     np.testing.assert_allclose(one[3], np.einsum("bijd,bjd->bij", u_hat, v), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(one[5], np.einsum("ijdk,bik->bijd", W, u), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(one[6], np.einsum("bijd,ijdk->bik", u_hat, W), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(one[7], np.einsum("bijd,bik->ijdk", u_hat, u), rtol=1e-5, atol=1e-5)

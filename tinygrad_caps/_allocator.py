@@ -8,7 +8,7 @@ What it changes, for the whole process (PyTorch and anything else in it included
   serves blocks above the mmap threshold (128 KiB at first) with a fresh ``mmap`` and unmaps them
   on free, so every large intermediate array of every op pays page faults and zeroing again;
   with the raised thresholds freed blocks are reused. ``M_ARENA_MAX`` goes to 1, so the threads that
-  split large NumPy loops (``ops/_parallel.py``) allocate from the one heap whose freed blocks the
+  split large NumPy loops (``_parallel.py``) allocate from the one heap whose freed blocks the
   next op reuses, instead of each keeping an arena of its own. Skipped when the user set
   ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` (their choice wins), and on non-glibc C
   libraries.

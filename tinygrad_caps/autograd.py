@@ -35,6 +35,7 @@ import weakref
 
 import numpy as np
 
+from ._parallel import add_into, binary
 from .backend import array_module, device_of, is_cupy_array
 from .errors import AnomalyError, DeviceError, GraphError, ShapeError
 
@@ -383,9 +384,9 @@ class _GradientBuffers:
         elif self.create_graph:
             self.grads[key] = old + g
         elif key in self.owned:
-            old.data += g.data
+            old.data = add_into(old.data, g.data)
         else:
-            self.grads[key] = Tensor._wrap(old.data + g.data)
+            self.grads[key] = Tensor._wrap(binary(np.add, old.data, g.data))
             self.owned.add(key)
 
     def pop(self, key):

@@ -1,9 +1,12 @@
 """Activations: relu, leaky_relu, sigmoid, tanh, softmax, log_softmax, and the capsule squash."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import Function
 from ..backend import array_module
 from ..tensor import Tensor, as_tensor
+from .. import _parallel as parallel
 from ._common import constant, max_array, normalize_axes, sum_array
 from .reduce import sum as reduce_sum
 
@@ -12,13 +15,17 @@ class ReLU(Function):
     save_inputs = ()  # a boolean mask (1 byte an element) instead of the input
 
     def forward(self, x):
-        return array_module(x).maximum(x, 0)
+        xp = array_module(x)
+        if xp is np:  # large maps (conv1's) are split over cores; the layout of x is kept
+            return parallel.binary(np.maximum, x, np.zeros((), dtype=x.dtype))
+        return xp.maximum(x, 0)
 
     def keep_for_backward(self, arrays, y):
-        self.positive = arrays[0] > 0
+        x = arrays[0]
+        self.positive = parallel.binary(np.greater, x, np.zeros((), dtype=x.dtype)) if type(x) is np.ndarray else x > 0
 
     def backward(self, gy):
-        return gy * constant(self.positive.astype(gy.dtype))
+        return gy * constant(self.positive)  # float times bool keeps gy's dtype
 
 
 class LeakyReLU(Function):
@@ -65,6 +72,18 @@ class Softmax(Function):
         self.axis = axis
 
     def forward(self, x):
+        if type(x) is np.ndarray and x.ndim > 1 and self.axis % x.ndim != 0:
+            # Rows along axis 0 are independent: the routing coupling (B, I, J) runs one slice per core.
+            out = np.empty_like(x)
+
+            def run(start, stop):
+                out[start:stop] = self._softmax(x[start:stop])
+
+            parallel.over_slices(x.shape[0], run, x.nbytes * 4)
+            return out
+        return self._softmax(x)
+
+    def _softmax(self, x):
         xp = array_module(x)
         e = xp.exp(x - max_array(x, (self.axis,), True))
         e /= sum_array(e, (self.axis,), True)

@@ -23,7 +23,7 @@ from ..kernels import launch as kernel_launch
 from ..kernels import routing as routing_kernels
 from ..tensor import Tensor, as_tensor
 from ._common import Bilinear
-from ._parallel import over_slices
+from .._parallel import over_slices
 from .shape import expand_dims
 
 
@@ -42,9 +42,16 @@ def predict_array(u, W):
     b, i, k = u.shape
     _, j, d, _ = W.shape
     # One GEMM per input capsule, (B, K) @ (K, J*D), written straight into its strided slice of a
-    # C-contiguous result (BLAS takes the row stride): 3x faster than a copy afterwards.
+    # C-contiguous result (BLAS takes the row stride): 3x faster than a copy afterwards. The GEMMs
+    # are too small for BLAS's threads, so the input capsules are split over the cores.
     out = np.empty((b, i, j * d), dtype=np.result_type(u, W))
-    np.matmul(u.transpose(1, 0, 2), W.reshape(i, j * d, k).transpose(0, 2, 1), out=out.transpose(1, 0, 2))
+    u_by_capsule, w_by_capsule = u.transpose(1, 0, 2), W.reshape(i, j * d, k).transpose(0, 2, 1)
+    out_by_capsule = out.transpose(1, 0, 2)
+
+    def run(start, stop):
+        np.matmul(u_by_capsule[start:stop], w_by_capsule[start:stop], out=out_by_capsule[start:stop])
+
+    over_slices(i, run, out.nbytes)
     return out.reshape(b, i, j, d)
 
 
@@ -54,15 +61,33 @@ def grad_u_array(g, W):
         return capsule_kernels.capsule_grad_u(g, W, runner=_runner(g))
     xp = array_module(g)
     b, i, j, d = g.shape
-    out = xp.matmul(g.reshape(b, i, j * d).transpose(1, 0, 2), W.reshape(i, j * d, W.shape[3]))
-    return out.transpose(1, 0, 2)
+    g_by_capsule, w_by_capsule = g.reshape(b, i, j * d).transpose(1, 0, 2), W.reshape(i, j * d, W.shape[3])
+    if xp is not np:
+        return xp.matmul(g_by_capsule, w_by_capsule).transpose(1, 0, 2)
+    out = np.empty((b, i, W.shape[3]), dtype=np.result_type(g, W))
+    out_by_capsule = out.transpose(1, 0, 2)
+
+    def run(start, stop):  # input capsules are independent: one slice per core
+        np.matmul(g_by_capsule[start:stop], w_by_capsule[start:stop], out=out_by_capsule[start:stop])
+
+    over_slices(i, run, g.nbytes)
+    return out
 
 
 def grad_w_array(g, u):
     """g (B,I,J,D), u (B,I,K) -> (I,J,D,K): sum over the batch of g u."""
     if _runner(g) is not None:
         return capsule_kernels.capsule_grad_w(g, u, runner=_runner(g))
-    return array_module(g).einsum("bijd,bik->ijdk", g, u, optimize=True)
+    xp = array_module(g)
+    if xp is not np:
+        return xp.einsum("bijd,bik->ijdk", g, u, optimize=True)
+    out = np.empty(g.shape[1:] + u.shape[2:], dtype=np.result_type(g, u))
+
+    def run(start, stop):  # input capsules are independent: one slice per core
+        out[start:stop] = np.einsum("bijd,bik->ijdk", g[:, start:stop], u[:, start:stop], optimize=True)
+
+    over_slices(g.shape[1], run, g.nbytes)
+    return out
 
 
 def weighted_sum_array(c, u_hat):

@@ -9,7 +9,7 @@ import numpy as np
 from ..autograd import Function
 from ..backend import array_module
 from ..tensor import Tensor, as_tensor
-from . import _parallel as parallel
+from .. import _parallel as parallel
 from ._common import Bilinear, constant, operands, sum_to
 
 
