@@ -26,6 +26,23 @@ def time_call(fn, repeat: int = 5, warmup: int = 1, sync=None) -> dict:
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "samples": samples}
 
 
+def time_in_turns(fns: dict, repeat: int = 5, rounds: int = 2, warmup: int = 1, syncs: dict | None = None) -> dict:
+    """Time several callables in blocks taken in turns (A A A, B B B, A A A, B B B), each block after
+    ``warmup`` untimed calls; returns ``{name: time_call-style dict}`` over all its blocks.
+
+    Blocks, as training runs (one step after another): a step right after another library's step
+    pays for that library's work (its OpenMP threads still spinning, caches full of its data).
+    Turns: a slower spell of the machine lands on every callable alike.
+    """
+    syncs = syncs or {}
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name] += time_call(fn, repeat, warmup, syncs.get(name))["samples"]
+    return {name: {"median": statistics.median(s), "min": min(s), "max": max(s), "samples": s}
+            for name, s in samples.items()}
+
+
 def describe_allocator() -> str:
     """Which malloc settings this process runs under (the same for every implementation in it)."""
     import os

@@ -1,5 +1,6 @@
 """One CapsNet training step (forward, backward, Adam) at the paper's sizes, ours against PyTorch
-eager on the same device in the same process (same allocator settings), with the ratio. On
+eager on the same device in the same process (same allocator settings), timed in turns
+(``--repeat`` steps of ours, as many of PyTorch's, twice over; the median of each), with the ratio. On
 ``--device cuda`` (or ``cuda:N``) PyTorch runs on that GPU with cuDNN, whose version is printed.
 
     python benchmarks/train_step.py [--batch 32 100] [--repeat 5] [--device cpu|cuda] [--json]
@@ -16,7 +17,7 @@ import numpy as np  # noqa: E402
 
 import tinygrad_caps as tc
 from tinygrad_caps.models import CapsNet, capsule_loss
-from _timing import describe_allocator, time_call
+from _timing import describe_allocator, time_call, time_in_turns
 
 try:
     import torch
@@ -84,15 +85,19 @@ def main():
     for batch in args.batch:
         model, step, x, y = ours_step(batch, device)
         first_ours = step().item()
-        row = {"batch": batch, "ours_s": time_call(step, args.repeat, sync=sync)["median"]}
-        if torch is not None:
+        row = {"batch": batch}
+        if torch is None:
+            row["ours_s"] = time_call(step, args.repeat, sync=sync)["median"]
+        else:
             _, _, fresh_x, fresh_y = ours_step(batch, "cpu")
             tc.manual_seed(0)
             state = {k: tc.backend.to_numpy(v) for k, v in CapsNet().state_dict().items()}
             tstep = torch_step(batch, torch_device, state, fresh_x, fresh_y)
             first_torch = tstep().item()
             torch_sync = torch.cuda.synchronize if torch_device != "cpu" else None
-            row["torch_s"] = time_call(tstep, args.repeat, sync=torch_sync)["median"]
+            times = time_in_turns({"ours": step, "torch": tstep}, args.repeat,
+                                  syncs={"ours": sync, "torch": torch_sync})
+            row["ours_s"], row["torch_s"] = times["ours"]["median"], times["torch"]["median"]
             row["ratio"] = row["ours_s"] / row["torch_s"]
             row["first_loss_ours"], row["first_loss_torch"] = first_ours, first_torch
         rows.append(row)

@@ -98,7 +98,7 @@ def sum_to_array(x, shape):
         return x
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
-    return x.sum(axis=axes, keepdims=True).reshape(shape)
+    return sum_array(x, axes, True).reshape(shape)
 
 
 class Bilinear(Function):

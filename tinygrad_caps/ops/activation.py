@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd import Function, is_grad_enabled
 from ..backend import array_module
 from ..tensor import Tensor, as_tensor
 from .. import _parallel as parallel
@@ -72,16 +72,21 @@ class Softmax(Function):
         self.axis = axis
 
     def forward(self, x):
-        if type(x) is np.ndarray and x.ndim > 1 and self.axis % x.ndim != 0:
-            # Rows along axis 0 are independent: the routing coupling (B, I, J) runs one slice per core.
-            out = np.empty_like(x)
+        return self._by_rows(self._softmax, x)
 
-            def run(start, stop):
-                out[start:stop] = self._softmax(x[start:stop])
+    def _by_rows(self, fn, *arrays):
+        """``fn(*arrays)``; on NumPy, slices along axis 0 (independent rows when the softmax runs
+        over another axis, as routing's coupling (B, I, J) does) go to the cores in parallel."""
+        x = arrays[0]
+        if type(x) is not np.ndarray or x.ndim < 2 or self.axis % x.ndim == 0:
+            return fn(*arrays)
+        out = np.empty_like(x)
 
-            parallel.over_slices(x.shape[0], run, x.nbytes * 4)
-            return out
-        return self._softmax(x)
+        def run(start, stop):
+            out[start:stop] = fn(*(a[start:stop] for a in arrays))
+
+        parallel.over_slices(x.shape[0], run, x.nbytes * 4)
+        return out
 
     def _softmax(self, x):
         xp = array_module(x)
@@ -89,8 +94,13 @@ class Softmax(Function):
         e /= sum_array(e, (self.axis,), True)
         return e
 
+    def _softmax_vjp(self, y, gy):
+        return y * (gy - sum_array(gy * y, (self.axis,), True))
+
     def backward(self, gy):
         y = self.output()
+        if not is_grad_enabled():  # nothing is recorded: the same formula on the arrays, rows in parallel
+            return Tensor._wrap(self._by_rows(self._softmax_vjp, y.data, gy.data))
         return y * (gy - reduce_sum(gy * y, self.axis, keepdims=True))
 
 
