@@ -364,13 +364,40 @@ def _run_hooks(hooks, grad):
     return grad
 
 
+class DeferredGradient:
+    """A gradient that a backward hands over unevaluated, so that it is summed without a temporary.
+
+    A backward may return one for an input only when nothing is being recorded (no
+    ``create_graph``). The walk adds it straight into the sum it keeps for that input
+    (``add_to``), or turns it into a Tensor where one is needed (``materialize``: before the
+    receiving node's backward, for hooks, ``.grad`` and anomaly checks). Subclasses set ``shape``
+    and ``dtype`` and give both methods the same value.
+    """
+
+    shape: tuple = ()
+    dtype = None
+
+    def materialize(self) -> Tensor:
+        """The gradient as a new Tensor with its own array."""
+        raise NotImplementedError
+
+    def add_to(self, array) -> None:
+        """``array += gradient``, in place (``array`` has this gradient's shape and dtype)."""
+        raise NotImplementedError
+
+
+def _materialized(g):
+    return g.materialize() if isinstance(g, DeferredGradient) else g
+
+
 class _GradientBuffers:
     """The gradients flowing to each node or leaf, summed as they arrive.
 
     The first gradient to arrive is stored as it is (it may be another tensor's upstream
     gradient, so it is never written to); the second allocates one sum that this walk owns, and
     every later one is added into that sum in place. Without ``create_graph``, a tensor reached
-    by five paths (u_hat in full-gradient routing) costs one new array, not four.
+    by five paths (u_hat in full-gradient routing) costs one new array, not four; a deferred
+    gradient (routing's broadcast products) is added into that sum without being built first.
     """
 
     def __init__(self, create_graph):
@@ -381,17 +408,26 @@ class _GradientBuffers:
         old = self.grads.get(key)
         if old is None:
             self.grads[key] = g
-        elif self.create_graph:
+            return
+        if self.create_graph:
             self.grads[key] = old + g
-        elif key in self.owned:
-            old.data = add_into(old.data, g.data)
-        else:
-            self.grads[key] = Tensor._wrap(binary(np.add, old.data, g.data))
+            return
+        if key not in self.owned:
+            if isinstance(old, DeferredGradient):  # built now, into an array nobody else holds
+                old = self.grads[key] = old.materialize()
+            else:
+                self.grads[key] = Tensor._wrap(binary(np.add, old.data, _materialized(g).data))
+                self.owned.add(key)
+                return
             self.owned.add(key)
+        if isinstance(g, DeferredGradient):
+            g.add_to(old.data)
+        else:
+            old.data = add_into(old.data, g.data)
 
     def pop(self, key):
         self.owned.discard(key)
-        return self.grads.pop(key, None)
+        return _materialized(self.grads.pop(key, None))
 
 
 class _GradAssigner:
@@ -495,6 +531,8 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
             del gy
             if not isinstance(gxs, tuple):
                 gxs = (gxs,)
+            if state.anomaly:  # the checks below read every value
+                gxs = tuple(_materialized(g) for g in gxs)
             if profiler is not None:
                 profiler.record_backward(fn.name, start, gxs, gy_array)
             del gy_array
@@ -505,7 +543,7 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
                     raise GraphError(f"{fn.name}.backward returned a gradient of shape {gx.shape} "
                                      f"for an input of shape {tuple(x.shape)}")
                 if gx.dtype != x.dtype:
-                    gx = gx.astype(x.dtype)
+                    gx = _materialized(gx).astype(x.dtype)
                 if state.anomaly and _has_nonfinite(gx.data):
                     raise AnomalyError(f"{fn.describe()} produced NaN or Inf in its backward "
                                        f"(gradient of input {tuple(x.shape)})")

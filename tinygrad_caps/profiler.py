@@ -63,7 +63,8 @@ class Profile:
         entry["bytes"] += _new_bytes(output, inputs)
 
     def record_backward(self, name: str, start: float, grads, grad_output=None) -> None:
-        arrays = [g.data for g in grads if g is not None]
+        # A deferred gradient (autograd.DeferredGradient) has created no array yet.
+        arrays = [g.data for g in grads if g is not None and not isinstance(g, autograd.DeferredGradient)]
         end = self.clock(arrays)
         entry = self._entry(name)
         entry["backward_s"] += end - start

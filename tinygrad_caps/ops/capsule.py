@@ -22,7 +22,7 @@ from ..kernels import capsule as capsule_kernels
 from ..kernels import launch as kernel_launch
 from ..kernels import routing as routing_kernels
 from ..tensor import Tensor, as_tensor
-from ._common import Bilinear
+from ._common import Bilinear, broadcast_product
 from .._parallel import over_slices
 from .shape import expand_dims
 
@@ -184,7 +184,7 @@ class RoutingWeightedSum(Bilinear):
     def backward(self, gs):
         c, u_hat = self.inputs
         gc = RoutingAgreement()(u_hat, gs) if self.needs_grad[0] else None
-        gu = expand_dims(c, -1) * expand_dims(gs, 1) if self.needs_grad[1] else None
+        gu = broadcast_product(expand_dims(c, -1), expand_dims(gs, 1)) if self.needs_grad[1] else None
         return gc, gu
 
 
@@ -194,7 +194,7 @@ class RoutingAgreement(Bilinear):
 
     def backward(self, ga):
         u_hat, v = self.inputs
-        gu = expand_dims(ga, -1) * expand_dims(v, 1) if self.needs_grad[0] else None
+        gu = broadcast_product(expand_dims(ga, -1), expand_dims(v, 1)) if self.needs_grad[0] else None
         gv = RoutingWeightedSum()(ga, u_hat) if self.needs_grad[1] else None
         return gu, gv
 
