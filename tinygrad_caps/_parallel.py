@@ -112,26 +112,3 @@ def add_into(target, value):
     over_slices(out.shape[0], run, out.nbytes)
     return target
 
-
-ADD_PRODUCT_CHUNK_BYTES = 256 << 10  # a product piece this size stays in the core's cache until it is added
-
-
-def add_product_into(target, a, b) -> None:
-    """``target += a * b`` in place (``a`` and ``b`` broadcast to ``target``), without building
-    ``a * b`` whole: pieces of it along the axis outermost in ``target``'s memory are made and added
-    while they are in cache, a range of pieces per core. The values are those of ``target += a * b``."""
-    if type(target) is not np.ndarray or target.ndim == 0:
-        target += a * b
-        return
-    order = memory_order(target)
-    out = target.transpose(order)
-    a = np.broadcast_to(a, target.shape).transpose(order)
-    b = np.broadcast_to(b, target.shape).transpose(order)
-    step = max(1, ADD_PRODUCT_CHUNK_BYTES * out.shape[0] // max(out.nbytes, 1))
-
-    def run(start, stop):
-        for low in range(start, stop, step):
-            high = min(stop, low + step)
-            out[low:high] += a[low:high] * b[low:high]
-
-    over_slices(out.shape[0], run, out.nbytes * 2)

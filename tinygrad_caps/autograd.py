@@ -365,13 +365,15 @@ def _run_hooks(hooks, grad):
 
 
 class DeferredGradient:
-    """A gradient that a backward hands over unevaluated, so that it is summed without a temporary.
+    """A gradient that a backward hands over unevaluated, so that the walk can sum several of them
+    at once instead of building and adding each.
 
     A backward may return one for an input only when nothing is being recorded (no
-    ``create_graph``). The walk adds it straight into the sum it keeps for that input
-    (``add_to``), or turns it into a Tensor where one is needed (``materialize``: before the
-    receiving node's backward, for hooks, ``.grad`` and anomaly checks). Subclasses set ``shape``
-    and ``dtype`` and give both methods the same value.
+    ``create_graph``). The walk merges it with the deferred gradients already waiting for that
+    input (``merge``), and turns the sum into a Tensor when one is needed (``materialize``: before
+    the receiving node's backward, for hooks, ``.grad`` and anomaly checks). Subclasses set
+    ``shape`` and ``dtype`` and implement ``materialize``; ``merge`` returns None for gradients it
+    cannot combine with.
     """
 
     shape: tuple = ()
@@ -381,9 +383,16 @@ class DeferredGradient:
         """The gradient as a new Tensor with its own array."""
         raise NotImplementedError
 
+    def merge(self, other):
+        """A deferred gradient equal to ``self + other``, or None when the two do not combine."""
+        return None
+
     def add_to(self, array) -> None:
         """``array += gradient``, in place (``array`` has this gradient's shape and dtype)."""
-        raise NotImplementedError
+        add_into(array, self.materialize().data)
+
+
+GRADIENT_SUMS = "(gradient sums)"  # the profiler's row for the walk's own work: summing the paths into a tensor
 
 
 def _materialized(g):
@@ -396,8 +405,8 @@ class _GradientBuffers:
     The first gradient to arrive is stored as it is (it may be another tensor's upstream
     gradient, so it is never written to); the second allocates one sum that this walk owns, and
     every later one is added into that sum in place. Without ``create_graph``, a tensor reached
-    by five paths (u_hat in full-gradient routing) costs one new array, not four; a deferred
-    gradient (routing's broadcast products) is added into that sum without being built first.
+    by five paths (u_hat in full-gradient routing) costs one new array, not four. Deferred
+    gradients that combine (routing's five products into u_hat) wait as one and are built at once.
     """
 
     def __init__(self, create_graph):
@@ -412,6 +421,11 @@ class _GradientBuffers:
         if self.create_graph:
             self.grads[key] = old + g
             return
+        if isinstance(old, DeferredGradient) and isinstance(g, DeferredGradient):
+            merged = old.merge(g)
+            if merged is not None:
+                self.grads[key] = merged
+                return
         if key not in self.owned:
             if isinstance(old, DeferredGradient):  # built now, into an array nobody else holds
                 old = self.grads[key] = old.materialize()
@@ -549,7 +563,12 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
                                        f"(gradient of input {tuple(x.shape)})")
                 if not isinstance(edge, Function):
                     leaves[id(edge)] = edge
-                buffers.add(id(edge), gx)
+                if profiler is None:
+                    buffers.add(id(edge), gx)
+                else:
+                    start = profiler.clock()
+                    buffers.add(id(edge), gx)
+                    profiler.record_backward(GRADIENT_SUMS, start, ())
             del gxs
             if pending:
                 _finish_hooked_leaves(fn, pending, buffers, assigner)

@@ -5,6 +5,8 @@ bytes of the arrays the op created (its forward outputs, and the gradients its b
 
 - Forward time is that of ops called from user code; the ops that a backward runs are part of that
   node's backward time (not counted again as forward calls), so the columns add up to the walk.
+  The walk's own work, summing the gradients that reach a tensor by several paths (and building
+  deferred ones), is the row ``(gradient sums)``.
 - On CUDA, work is asynchronous: with ``cuda_sync=True`` the current stream is synchronized before
   and after each op, so the times are those of the work, not of the launches.
 - A profile records the ops of the thread that entered it (grad mode is thread-local too).

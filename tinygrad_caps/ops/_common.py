@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _parallel as parallel
-from ..autograd import DeferredGradient, Function, is_grad_enabled
+from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, zero_dim_dtype
 
@@ -100,31 +99,6 @@ def sum_to_array(x, shape):
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
     return sum_array(x, axes, True).reshape(shape)
-
-
-class BroadcastProduct(DeferredGradient):
-    """The gradient ``a * b`` of two NumPy arrays that broadcast to a larger shape, deferred: summed
-    into the walk's buffer piece by piece (routing's c * dL/ds, five of them into u_hat's gradient at
-    3 iterations), never built whole unless it is the only one."""
-
-    def __init__(self, a, b):
-        self.a, self.b = a, b
-        self.shape = np.broadcast_shapes(a.shape, b.shape)
-        self.dtype = np.result_type(a, b)
-
-    def materialize(self) -> Tensor:
-        return Tensor._wrap(parallel.binary(np.multiply, self.a, self.b))
-
-    def add_to(self, array) -> None:
-        parallel.add_product_into(array, self.a, self.b)
-
-
-def broadcast_product(a: Tensor, b: Tensor):
-    """``a * b`` as a gradient for a backward to return: deferred (``BroadcastProduct``) when
-    nothing is recorded and both are NumPy arrays, else the recorded product of the two Tensors."""
-    if not is_grad_enabled() and type(a.data) is np.ndarray and type(b.data) is np.ndarray:
-        return BroadcastProduct(a.data, b.data)
-    return a * b
 
 
 class Bilinear(Function):
