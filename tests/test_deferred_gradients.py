@@ -95,3 +95,12 @@ def test_outer_products_merge_and_build_their_sum(monkeypatch):
     non_finite = [(np.full((1, 2, 2), np.inf), np.ones((1, 2, 3))), (np.ones((1, 2, 2)), np.full((1, 2, 3), np.nan))]
     with np.errstate(invalid="ignore"):
         assert np.isnan(outer_products_array(non_finite)).all()  # non-finite values propagate as in the sum
+
+
+def test_the_profile_shows_the_walks_gradient_sums():
+    rng = np.random.default_rng(4)
+    u_hat = tc.tensor(rng.standard_normal((2, 6, 3, 4)), requires_grad=True)
+    with tc.profile() as prof:
+        F.sum(dynamic_routing(u_hat, 3)).backward()
+    sums = prof.totals()["(gradient sums)"]
+    assert sums["calls"] >= 5 and sums["backward_s"] > 0  # five paths into u_hat alone

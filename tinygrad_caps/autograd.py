@@ -409,11 +409,19 @@ class _GradientBuffers:
     gradients that combine (routing's five products into u_hat) wait as one and are built at once.
     """
 
-    def __init__(self, create_graph):
-        self.create_graph = create_graph
+    def __init__(self, create_graph, profiler=None):
+        self.create_graph, self.profiler = create_graph, profiler
         self.grads, self.owned = {}, set()
 
     def add(self, key, g):
+        if self.profiler is None:
+            self._add(key, g)
+            return
+        start = self.profiler.clock()
+        self._add(key, g)
+        self.profiler.record_gradient_sum(GRADIENT_SUMS, start)
+
+    def _add(self, key, g):
         old = self.grads.get(key)
         if old is None:
             self.grads[key] = g
@@ -441,7 +449,14 @@ class _GradientBuffers:
 
     def pop(self, key):
         self.owned.discard(key)
-        return _materialized(self.grads.pop(key, None))
+        g = self.grads.pop(key, None)
+        if not isinstance(g, DeferredGradient):
+            return g
+        start = self.profiler.clock() if self.profiler is not None else 0.0
+        g = g.materialize()
+        if self.profiler is not None:
+            self.profiler.record_gradient_sum(GRADIENT_SUMS, start)
+        return g
 
 
 class _GradAssigner:
@@ -503,7 +518,7 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
     unreached) and leaves every ``.grad`` alone.
     """
     state = _state
-    buffers = _GradientBuffers(create_graph)
+    buffers = _GradientBuffers(create_graph, state.profiler)
     assigner = _GradAssigner(root_grads, create_graph)
     leaves = {}
     for r, g in zip(roots, root_grads):
@@ -563,12 +578,7 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
                                        f"(gradient of input {tuple(x.shape)})")
                 if not isinstance(edge, Function):
                     leaves[id(edge)] = edge
-                if profiler is None:
-                    buffers.add(id(edge), gx)
-                else:
-                    start = profiler.clock()
-                    buffers.add(id(edge), gx)
-                    profiler.record_backward(GRADIENT_SUMS, start, ())
+                buffers.add(id(edge), gx)
             del gxs
             if pending:
                 _finish_hooked_leaves(fn, pending, buffers, assigner)

@@ -72,6 +72,13 @@ class Profile:
         entry["backward_s"] += end - start
         entry["bytes"] += sum(_new_bytes(a, (grad_output,)) for a in arrays)
 
+    def record_gradient_sum(self, name: str, start: float) -> None:
+        """One sum of the walk into a tensor's gradient (counted as a call of the row ``name``)."""
+        end = self.clock()
+        entry = self._entry(name)
+        entry["calls"] += 1
+        entry["backward_s"] += end - start
+
     # ----- reports -----
     def totals(self) -> dict:
         """``{op_name: {"calls": int, "forward_s": float, "backward_s": float, "bytes": int}}`` (a copy)."""
