@@ -22,7 +22,10 @@ class ReLU(Function):
 
     def keep_for_backward(self, arrays, y):
         x = arrays[0]
-        self.positive = parallel.binary(np.greater, x, np.zeros((), dtype=x.dtype)) if type(x) is np.ndarray else x > 0
+        if type(x) is np.ndarray:
+            self.positive = parallel.binary(np.greater, x, np.zeros((), dtype=x.dtype))
+        else:
+            self.positive = x > 0
 
     def backward(self, gy):
         return gy * constant(self.positive)  # float times bool keeps gy's dtype
