@@ -103,4 +103,19 @@ def test_the_profile_shows_the_walks_gradient_sums():
     with tc.profile() as prof:
         F.sum(dynamic_routing(u_hat, 3)).backward()
     sums = prof.totals()["(gradient sums)"]
-    assert sums["calls"] >= 5 and sums["backward_s"] > 0  # five paths into u_hat alone
+    # five paths into u_hat: four merges and one build, at least; the build makes one u_hat-sized array
+    assert sums["calls"] >= 5 and sums["backward_s"] > 0 and sums["bytes"] >= u_hat.data.nbytes
+    x = tc.tensor(rng.standard_normal(3), requires_grad=True)
+    with tc.profile() as prof:
+        F.sum(x * 2).backward()  # one path everywhere: nothing is summed
+    assert "(gradient sums)" not in prof.totals()
+
+
+def test_deferred_gradients_are_built_before_a_hook_can_update_their_factors():
+    rng = np.random.default_rng(5)
+    c = tc.tensor(rng.random((2, 5, 3)), requires_grad=True)
+    u_hat = tc.tensor(rng.standard_normal((2, 5, 3, 4)), requires_grad=True)
+    original = c.numpy().copy()
+    c.register_post_accumulate_grad_hook(lambda t: t.data.__imul__(0.0))  # an optimizer step in backward
+    F.sum(F.routing_weighted_sum(c, u_hat)).backward()
+    np.testing.assert_array_equal(u_hat.grad.numpy(), np.broadcast_to(original[..., None], u_hat.shape))

@@ -108,3 +108,33 @@ def test_conv_routing_and_adam_are_identical_with_one_and_two_threads(monkeypatc
     np.testing.assert_allclose(one[5], np.einsum("ijdk,bik->bijd", W, u), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(one[6], np.einsum("bijd,ijdk->bik", u_hat, W), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(one[7], np.einsum("bijd,bik->ijdk", u_hat, u), rtol=1e-5, atol=1e-5)
+
+
+def test_binary_keeps_c_order_when_the_full_shape_operand_is_a_broadcast(monkeypatch):
+    monkeypatch.setattr(_parallel, "PARALLEL_ELEMENTWISE_BYTES", 0)
+    row = np.arange(4.0)
+    got = _parallel.binary(np.add, np.broadcast_to(row, (3, 4)), np.ones((3, 4)))
+    assert got.flags.c_contiguous and np.array_equal(got, np.broadcast_to(row + 1, (3, 4)))
+
+
+def test_add_into_overlapping_operands_equals_one_numpy_call(monkeypatch):
+    monkeypatch.setenv("TINYGRAD_CAPS_NUM_THREADS", "2")
+    monkeypatch.setattr(_parallel, "PARALLEL_ELEMENTWISE_BYTES", 0)
+    monkeypatch.setattr(_parallel, "MIN_BYTES_PER_THREAD", 1)
+    for view in (lambda t: t.T, lambda t: t[::-1]):
+        target = np.arange(64.0).reshape(8, 8)
+        expected = target.copy()
+        expected += view(expected)
+        _parallel.add_into(target, view(target))
+        assert np.array_equal(target, expected)
+
+
+def test_split_work_keeps_numpy_dtypes_for_integer_inputs():
+    from tinygrad_caps.ops._common import sum_to_array
+
+    soft = tc.functional.softmax(tc.tensor(np.arange(6).reshape(2, 3)), axis=1).numpy()
+    np.testing.assert_allclose(soft, np.exp(np.arange(3)) / np.exp(np.arange(3)).sum() * np.ones((2, 1)))
+    counts = sum_to_array(np.ones((2, 3000, 8), dtype=bool), (2, 3000, 1))
+    assert counts.dtype == np.ones(1, bool).sum().dtype and (counts == 8).all()
+    wide = sum_to_array(np.full((2, 3000, 8), 100, dtype=np.int8), (2, 3000, 1))
+    assert (wide == 800).all()

@@ -76,12 +76,15 @@ def binary(ufunc, a, b):
     plain = _OPERATORS.get(ufunc, ufunc)  # CuPy arrays and scalars go through their own operators
     if type(a) is not np.ndarray or type(b) is not np.ndarray:
         return plain(a, b)
+    if a.dtype != b.dtype and 0 in (a.ndim, b.ndim):
+        return plain(a, b)  # NumPy 1.x promotes a 0-d operand by its value; leave that to NumPy
     shape = np.broadcast_shapes(a.shape, b.shape)
     dtype = ufunc.resolve_dtypes((a.dtype, b.dtype, None))[2]  # what ufunc(a, b) would return
     if len(shape) == 0 or math.prod(shape) * dtype.itemsize < PARALLEL_ELEMENTWISE_BYTES:
         return plain(a, b)
-    layout = a if a.shape == shape else b if b.shape == shape else None
-    order = memory_order(layout) if layout is not None else tuple(range(len(shape)))
+    # The layout to keep: a full-shape operand's, unless it is itself a broadcast (a zero stride).
+    full = [x for x in (a, b) if x.shape == shape and 0 not in x.strides]
+    order = memory_order(full[0]) if full else tuple(range(len(shape)))
     a, b = np.broadcast_to(a, shape).transpose(order), np.broadcast_to(b, shape).transpose(order)
     out = np.empty(a.shape, dtype=dtype)
     if out.shape[0] < 2:
@@ -98,9 +101,9 @@ def add_into(target, value):
     """``target += value`` (``value`` broadcasts to ``target``); returns the sum, which is ``target``
     itself for an array (a NumPy scalar cannot be updated in place). A large NumPy target is split
     along the axis outermost in its memory and summed in parallel (same values as one call)."""
-    if type(target) is not np.ndarray or type(value) is not np.ndarray or \
-            target.nbytes < PARALLEL_ELEMENTWISE_BYTES or target.ndim == 0:
-        target += value
+    if type(target) is not np.ndarray or type(value) is not np.ndarray or target.ndim == 0 or \
+            target.nbytes < PARALLEL_ELEMENTWISE_BYTES or np.may_share_memory(target, value):
+        target += value  # (overlapping operands: NumPy's own call buffers them; slices would race)
         return target
     order = memory_order(target)
     out = target.transpose(order)

@@ -11,7 +11,10 @@ global tape grows.
 any length works), sums the gradient arriving at each node, runs hooks, and calls each node's
 ``backward``, which is written with differentiable ops, so with ``create_graph=True`` the
 gradients carry a graph of their own. A node frees what it holds right after its backward ran
-(unless ``retain_graph``), and a gradient is freed as soon as its node consumed it.
+(unless ``retain_graph``), and a gradient is freed as soon as its node consumed it. Without
+``create_graph`` a backward may hand over a :class:`DeferredGradient` instead of a Tensor (routing's
+u_hat gradients, kept as their small factors); the walk merges those arriving at one tensor and
+builds the sum once, so every hook, ``.grad`` and node still receives a Tensor.
 
 Semantics a PyTorch user relies on:
 - grad mode and anomaly mode are thread-local; a new thread starts with grad on, anomaly off;
@@ -412,20 +415,24 @@ class _GradientBuffers:
     def __init__(self, create_graph, profiler=None):
         self.create_graph, self.profiler = create_graph, profiler
         self.grads, self.owned = {}, set()
+        self.deferred = 0  # how many entries wait as a DeferredGradient
 
     def add(self, key, g):
+        if key not in self.grads:  # the first gradient to arrive is only stored
+            self.grads[key] = g
+            self.deferred += isinstance(g, DeferredGradient)
+            return
         if self.profiler is None:
             self._add(key, g)
             return
-        start = self.profiler.clock()
+        before = self.grads[key]
+        start = self.profiler.clock(_arrays_of(g))
         self._add(key, g)
-        self.profiler.record_gradient_sum(GRADIENT_SUMS, start)
+        after = self.grads[key]  # a new Tensor when a sum was allocated or a deferred one built
+        self.profiler.record_gradient_sum(GRADIENT_SUMS, start, after, created=after is not before)
 
     def _add(self, key, g):
-        old = self.grads.get(key)
-        if old is None:
-            self.grads[key] = g
-            return
+        old = self.grads[key]
         if self.create_graph:
             self.grads[key] = old + g
             return
@@ -437,6 +444,7 @@ class _GradientBuffers:
         if key not in self.owned:
             if isinstance(old, DeferredGradient):  # built now, into an array nobody else holds
                 old = self.grads[key] = old.materialize()
+                self.deferred -= 1
             else:
                 self.grads[key] = Tensor._wrap(binary(np.add, old.data, _materialized(g).data))
                 self.owned.add(key)
@@ -452,11 +460,25 @@ class _GradientBuffers:
         g = self.grads.pop(key, None)
         if not isinstance(g, DeferredGradient):
             return g
+        self.deferred -= 1
         start = self.profiler.clock() if self.profiler is not None else 0.0
         g = g.materialize()
         if self.profiler is not None:
-            self.profiler.record_gradient_sum(GRADIENT_SUMS, start)
+            self.profiler.record_gradient_sum(GRADIENT_SUMS, start, g, created=True)
         return g
+
+    def settle(self):
+        """Build every deferred gradient now. Called before user code (a hook) runs: a deferred
+        gradient still refers to forward arrays, which a hook may update in place (an optimizer
+        step run from a post-accumulate hook)."""
+        if self.deferred:
+            for key in [k for k, g in self.grads.items() if isinstance(g, DeferredGradient)]:
+                self.grads[key] = self.pop(key)
+                self.owned.add(key)
+
+
+def _arrays_of(g):
+    return () if isinstance(g, DeferredGradient) else (g.data,)
 
 
 class _GradAssigner:
@@ -541,6 +563,7 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
                     _finish_hooked_leaves(fn, pending, buffers, assigner)
                 continue
             if fn._hooks:
+                buffers.settle()
                 gy = _run_hooks(fn._hooks, gy)
             if target_keys is not None:
                 if id(fn) in target_keys:
@@ -585,6 +608,7 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
             if not retain_graph:
                 fn.release()
         # What is left belongs to leaves, or (for grad()) to targets whose creator was not needed.
+        buffers.settle()
         for key in list(buffers.grads):
             g = buffers.pop(key)
             if target_keys is None:
@@ -628,6 +652,7 @@ def _finish_hooked_leaves(fn, pending, buffers, assigner):
                 del pending[key]
                 g = buffers.pop(key)
                 if g is not None:
+                    buffers.settle()
                     assigner.assign(edge, _run_hooks(edge._hooks, g))
                     _run_post_accumulate_hooks(edge)
 

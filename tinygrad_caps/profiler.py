@@ -72,12 +72,16 @@ class Profile:
         entry["backward_s"] += end - start
         entry["bytes"] += sum(_new_bytes(a, (grad_output,)) for a in arrays)
 
-    def record_gradient_sum(self, name: str, start: float) -> None:
-        """One sum of the walk into a tensor's gradient (counted as a call of the row ``name``)."""
-        end = self.clock()
+    def record_gradient_sum(self, name: str, start: float, result, created: bool) -> None:
+        """One sum of the walk into a tensor's gradient, or one deferred gradient built: a call of
+        the row ``name``, with the bytes of ``result`` if it is a new array (``created``)."""
+        arrays = () if isinstance(result, autograd.DeferredGradient) else (result.data,)
+        end = self.clock(arrays)
         entry = self._entry(name)
         entry["calls"] += 1
         entry["backward_s"] += end - start
+        if created:
+            entry["bytes"] += sum(int(getattr(a, "nbytes", 0)) for a in arrays)
 
     # ----- reports -----
     def totals(self) -> dict:

@@ -81,8 +81,8 @@ class Softmax(Function):
         """``fn(*arrays)``; on NumPy, slices along axis 0 (independent rows when the softmax runs
         over another axis, as routing's coupling (B, I, J) does) go to the cores in parallel."""
         x = arrays[0]
-        if type(x) is not np.ndarray or x.ndim < 2 or self.axis % x.ndim == 0:
-            return fn(*arrays)
+        if type(x) is not np.ndarray or x.dtype.kind != "f" or x.ndim < 2 or self.axis % x.ndim == 0:
+            return fn(*arrays)  # (an integer input gets a float softmax: no result of x's dtype)
         out = np.empty_like(x)
 
         def run(start, stop):

@@ -179,7 +179,8 @@ class Adam(Optimizer):
                 param *= 1 - self.lr * self.weight_decay
             else:
                 grad = grad + self.weight_decay * param
-        scratch = xp.multiply(grad, 1 - beta1)  # one temporary, reused by every step below
+        scratch = xp.empty_like(m)  # one temporary in the moments' dtype, reused by every step below
+        xp.multiply(grad, 1 - beta1, out=scratch)
         m *= beta1
         m += scratch
         xp.multiply(grad, 1 - beta2, out=scratch)
