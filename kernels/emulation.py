@@ -157,10 +157,6 @@ class Emulator:
                 self._libraries.append(ctypes.CDLL(str(copy), mode=os.RTLD_LOCAL | os.RTLD_NOW))
         return self._libraries
 
-    def library(self):
-        """The first slot's library (for callers that only need the symbols)."""
-        return self.libraries()[0]
-
     def _build(self) -> Path:
         sources = sorted(p.name for p in self.source_dir.glob("*.cu"))
         wrapper = wrapper_source(sources, self.source_dir)

@@ -26,33 +26,29 @@ def routing_layers(model) -> list:
 
 
 @contextlib.contextmanager
+def _temporarily(objects, attribute: str, value):
+    """Set ``attribute`` to ``value`` on every one of ``objects`` for the block; the old values come back after."""
+    objects = list(objects)
+    previous = [getattr(o, attribute) for o in objects]
+    try:
+        for o in objects:
+            setattr(o, attribute, value)
+        yield
+    finally:
+        for o, before in zip(objects, previous):
+            setattr(o, attribute, before)
+
+
 def routing_gradient(model, mode: str):
     """Run every routing layer of ``model`` in gradient mode ``mode``; the previous modes come back after."""
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient_flow_report: mode must be one of {GRADIENT_MODES}, got {mode!r}")
-    layers = [layer for _, layer in routing_layers(model)]
-    previous = [layer.gradient for layer in layers]
-    try:
-        for layer in layers:
-            layer.gradient = mode
-        yield
-    finally:
-        for layer, before in zip(layers, previous):
-            layer.gradient = before
+    return _temporarily((layer for _, layer in routing_layers(model)), "gradient", mode)
 
 
-@contextlib.contextmanager
 def _kept_parameter_grads(model):
     """Leave every parameter's ``.grad`` as it was before the block (the report's backwards use their own)."""
-    params = list(model.parameters())
-    saved = [p.grad for p in params]
-    try:
-        for p in params:
-            p.grad = None
-        yield
-    finally:
-        for p, grad in zip(params, saved):
-            p.grad = grad
+    return _temporarily(model.parameters(), "grad", None)
 
 
 @contextlib.contextmanager
@@ -173,8 +169,7 @@ def gradient_flow_report(model, images, labels, modes=("full", "detach"), hessia
 
 def _measure(model, x, labels, reconstruction_weight, hessian_iterations):
     """(the report of one mode, {parameter name: gradient as float64 NumPy})."""
-    for p in model.parameters():
-        p.grad = None
+    model.zero_grad()
     loss, traces = batch_loss(model, x, labels, reconstruction_weight, return_trace=True)
     for trace in traces:
         trace.retain_grad()
@@ -189,8 +184,7 @@ def _measure(model, x, labels, reconstruction_weight, hessian_iterations):
               "parameter_grad_norms": {name: _norm(g) for name, g in grads.items()},
               "hessian_top_eigenvalue": None}
     del traces, loss
-    for p in model.parameters():
-        p.grad = None
+    model.zero_grad()
     if hessian_iterations:
         result["hessian_top_eigenvalue"] = hessian_top_eigenvalue(model, x, labels, hessian_iterations,
                                                                   reconstruction_weight)

@@ -27,20 +27,29 @@ def _number(text) -> float:
     return value
 
 
-def learning_rate(text) -> float:
-    """A learning rate: finite, > 0 and <= 1 (Adam moves every weight by about lr per step)."""
+def _integer(text) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def _fraction(text) -> float:
+    """A finite number in (0, 1]."""
     value = _number(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must lie in (0, 1], got {text}")
     return value
+
+
+def learning_rate(text) -> float:
+    """A learning rate: finite, > 0 and <= 1 (Adam moves every weight by about lr per step)."""
+    return _fraction(text)
 
 
 def decay_factor(text) -> float:
     """An ExponentialLR gamma: finite, in (0, 1]."""
-    value = _number(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 1], got {text}")
-    return value
+    return _fraction(text)
 
 
 def loss_weight(text) -> float:
@@ -54,10 +63,7 @@ def loss_weight(text) -> float:
 
 def seed(text) -> int:
     """A random seed in [0, 2**63 - 1]."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    value = _integer(text)
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"must lie in [0, 2**63 - 1], got {text}")
     return value
@@ -65,10 +71,7 @@ def seed(text) -> int:
 
 def routing_iterations(text) -> int:
     """A number of routing iterations in [1, MAX_ROUTING_ITERATIONS]."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    value = _integer(text)
     if not 1 <= value <= MAX_ROUTING_ITERATIONS:
         raise argparse.ArgumentTypeError(f"must lie in [1, {MAX_ROUTING_ITERATIONS}], got {text}")
     return value

@@ -97,10 +97,3 @@ def check_fits(config: dict, batch_size: int, dtype="float32", what="this model"
         raise UsageError(f"{what} cannot fit: {params:,} parameters and a batch of {batch_size} need at least "
                          f"{needed / GIB:,.1f} GiB, and {available / GIB:,.1f} GiB of memory is available; "
                          "use smaller model options or --batch-size")
-
-
-def check_array_fits(nbytes: int, what: str) -> None:
-    """Raise UsageError if an array of ``nbytes`` bytes cannot fit in the memory available."""
-    available = available_bytes()
-    if available is not None and nbytes > available:
-        raise UsageError(f"{what} needs {nbytes / GIB:,.1f} GiB, and {available / GIB:,.1f} GiB of memory is available")

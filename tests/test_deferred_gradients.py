@@ -1,5 +1,7 @@
 """Deferred gradients (autograd.DeferredGradient): routing's u_hat gradients wait as small factors
 and are built in one pass; every gradient equals the one of the plain products (to rounding)."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -26,18 +28,10 @@ def _routing_grads(monkeypatch, deferred, *, hook=False, retain=False, anomaly=F
         u_hat.register_hook(lambda g: seen.append(g.numpy().copy()))
     v = dynamic_routing(u_hat, 3)
     upstream = tc.tensor(rng.standard_normal(v.shape))
-    with tc.detect_anomaly() if anomaly else _nothing(), tc.profile() if profile else _nothing():
+    with tc.detect_anomaly() if anomaly else contextlib.nullcontext(), tc.profile() if profile else contextlib.nullcontext():
         v.backward(upstream)
     extra = [u_hat.grad.numpy()] if retain else []
     return [u.grad.numpy(), W.grad.numpy()] + extra + seen
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 @pytest.mark.parametrize("options", [{}, {"hook": True}, {"retain": True}, {"anomaly": True}, {"profile": True}])
