@@ -16,6 +16,7 @@ from tinygrad_caps.data import affine_bilinear, dataset_spec
 
 from .baseline_cnn import BaselineCNN
 from .errors import UsageError
+from .plots import pyplot
 from .training import limited, load_checkpoint_model
 
 WHATS = ("reconstructions", "perturbation", "robustness")
@@ -29,13 +30,9 @@ DIRECTIONS = np.array([(0, 1), (1, 0), (0, -1), (-1, 0)])
 
 
 def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError("pictures need matplotlib: pip install 'tinygrad-caps[viz]'") from exc
+    plt = pyplot()
+    if plt is None:
+        raise RuntimeError("pictures need matplotlib: pip install 'tinygrad-caps[viz]'")
     return plt
 
 

@@ -11,6 +11,7 @@ because every backward of the engine is built from differentiable ops.
 from __future__ import annotations
 
 from . import autograd
+from .factories import zeros_like
 from .ops.identity import identity
 from .ops.shape import reshape, stack
 from .tensor import Tensor
@@ -68,10 +69,6 @@ def _input_vectors(name, v, xs, is_tuple):
     return tuple(_vector(name, vk, x, f"input {k}") for k, (vk, x) in enumerate(zip(v, xs)))
 
 
-def _zeros_like(x):
-    return Tensor._wrap(x.xp.zeros(x.shape, dtype=x.dtype))
-
-
 def _grads(outputs, seeds, xs, create_graph, retain_graph=None):
     """sum_k J_k^T seed_k for each x in ``xs``: zeros where no output depends on x."""
     pairs = [(y, s) for y, s in zip(outputs, seeds) if y.requires_grad]
@@ -79,7 +76,7 @@ def _grads(outputs, seeds, xs, create_graph, retain_graph=None):
     if pairs:
         result = autograd.grad([y for y, _ in pairs], list(xs), [s for _, s in pairs], retain_graph=retain_graph,
                                create_graph=create_graph, allow_unused=True)
-    return tuple(_zeros_like(x) if g is None else g for g, x in zip(result, xs))
+    return tuple(zeros_like(x) if g is None else g for g, x in zip(result, xs))
 
 
 def _finish(value, create_graph):
@@ -125,7 +122,7 @@ def jvp(func, inputs, v=None, create_graph=False):
         is_tuple, xs = _prepare_inputs("jvp", inputs, create_graph)
         y = _call("jvp", func, xs)
         vs = _input_vectors("jvp", v, xs, is_tuple)
-        result = _zeros_like(y)
+        result = zeros_like(y)
         if y.requires_grad:
             u = Tensor._wrap(y.xp.zeros(y.shape, dtype=y.dtype)).requires_grad_()
             transposed = _grads([y], [u], xs, create_graph=True)  # J^T u, linear in u

@@ -19,7 +19,7 @@ from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from . import autograd
-from .gradcheck import GradcheckError, check_double_grad, check_grad
+from .gradcheck import GradcheckError, _as_float64_input, check_double_grad, check_grad
 from .tensor import Tensor
 
 __all__ = ["broadcastable_shapes", "check_gradients", "check_op", "tensors"]
@@ -84,11 +84,6 @@ def _flatten(drawn):
     return inputs
 
 
-def _float64(x):
-    data = x.data if isinstance(x, Tensor) else np.asarray(x)
-    return data if data.dtype == np.float64 else data.astype(np.float64)
-
-
 def _check_nothing_written(fn, arrays, double):
     """Run forward, backward (and double backward) once; raise if an input or upstream gradient changed."""
     copies = [a.copy() for a in arrays]
@@ -118,7 +113,7 @@ def check_gradients(fn, inputs, double=True, **tolerances):
     Tensors, taken in float64, views kept) against central differences, and nothing written into
     the inputs or the upstream gradient. ``tolerances``: atol, rtol, eps, max_elementwise (see
     ``tinygrad_caps.gradcheck.check_grad``). Returns True; raises GradcheckError."""
-    arrays = [_float64(x) for x in inputs]
+    arrays = [_as_float64_input(x) for x in inputs]
     _check_nothing_written(fn, arrays, double)
     check_grad(fn, arrays, **tolerances)
     if double:

@@ -35,6 +35,14 @@ def search_dirs(name: str, data_dir=None, system_dirs=()) -> list[Path]:
     return dirs
 
 
+def find_file(folder: Path, stem: str):
+    """``folder/stem`` or ``folder/stem.gz``, whichever is a file (that order), else None."""
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def write_atomically(target: Path, payload: bytes) -> None:
     """Write ``payload`` to ``target`` through a synced temporary file in the same folder, then rename."""
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -11,13 +11,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from .cache import cache_root
+from .cache import cache_root, write_atomically
 from .errors import DatasetError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -79,10 +77,7 @@ def _decode(path: Path, image_size: int, channels: int) -> np.ndarray:
 def _save_npy_atomically(target: Path, array: np.ndarray) -> None:
     buffer = io.BytesIO()
     np.save(buffer, array)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".cache-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(buffer.getvalue())
-    os.replace(tmp, target)
+    write_atomically(target, buffer.getvalue())
 
 
 def load_image_folder(root, split: str = "train", image_size: int = 32, channels: int = 3):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cache import cache_root, downloads_allowed, fetch_verified, search_dirs
+from .cache import cache_root, downloads_allowed, fetch_verified, find_file, search_dirs
 from .errors import DatasetError
 from .transforms import downsample_by_mean
 
@@ -118,13 +118,6 @@ def write_norb_matrix(path, array, compress: bool = False) -> None:
     Path(path).write_bytes(gzip.compress(data) if compress else data)
 
 
-def _find(folder: Path, stem: str):
-    for candidate in (folder / stem, folder / f"{stem}.gz"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def _required(split: str) -> list[str]:
     return [f"{SPLIT_PREFIX[split]}-{kind}.mat" for kind in ("dat", "cat")]
 
@@ -132,7 +125,7 @@ def _required(split: str) -> list[str]:
 def find_smallnorb_dir(split: str, data_dir=None):
     """The first searched folder holding ``split``'s dat and cat files (raw or .gz), or None."""
     for folder in search_dirs("smallnorb", data_dir):
-        if all(_find(folder, stem) for stem in _required(split)):
+        if all(find_file(folder, stem) for stem in _required(split)):
             return folder
     return None
 
@@ -141,7 +134,7 @@ def download_smallnorb(split: str, target: Path) -> Path:
     """Fetch ``split``'s three official .gz files into ``target`` (size and SHA-256 checked, atomic)."""
     for kind in ("dat", "cat", "info"):
         stem = f"{SPLIT_PREFIX[split]}-{kind}.mat"
-        if _find(target, stem):
+        if find_file(target, stem):
             continue
         size, digest = GZ_SHA256[stem]
 
@@ -178,7 +171,7 @@ def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool |
             folder = download_smallnorb(split, cache_root() / "smallnorb")
         except DatasetError as exc:
             raise DatasetError(_missing(split, data_dir, f"offline or the download failed: {exc}")) from exc
-    dat_path, cat_path = (_find(folder, stem) for stem in _required(split))
+    dat_path, cat_path = (find_file(folder, stem) for stem in _required(split))
     images = read_norb_matrix(dat_path)
     labels = read_norb_matrix(cat_path)
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != IMAGE_SHAPE:
@@ -188,7 +181,7 @@ def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool |
     bad = np.flatnonzero((labels < 0) | (labels >= len(CLASSES)))
     if bad.size:
         raise DatasetError(f"{cat_path}: label {int(labels[bad[0]])} at index {int(bad[0])} is out of range 0..4")
-    info_path = _find(folder, f"{SPLIT_PREFIX[split]}-info.mat")
+    info_path = find_file(folder, f"{SPLIT_PREFIX[split]}-info.mat")
     if info_path is not None:
         info = read_norb_matrix(info_path)
         if info.ndim != 2 or info.shape != (len(images), 4):

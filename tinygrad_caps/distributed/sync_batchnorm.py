@@ -14,6 +14,7 @@ from .. import functional as F
 from ..autograd import Function
 from ..nn.layers import _BatchNorm
 from ..nn.module import Module
+from ..ops.normalization import _update_running
 from ..tensor import Tensor, as_tensor
 from . import process_group as group
 
@@ -62,9 +63,7 @@ def sync_batch_norm(x, running_mean, running_var, weight=None, bias=None, moment
     var = all_reduce_sum(F.sum(centered * centered, axes, keepdims=True)) / float(count)
     for buffer, value in ((running_mean, mu.data.reshape(c)), (running_var, var.data.reshape(c) * (count / (count - 1)))):
         if buffer is not None:
-            array = buffer.data if isinstance(buffer, Tensor) else buffer
-            array *= 1.0 - momentum
-            array += momentum * value.astype(array.dtype, copy=False)
+            _update_running(buffer, value, momentum)
     y = centered / F.sqrt(var + eps)
     stat_shape = (1, c) + (1,) * (x.ndim - 2)
     if weight is not None:
