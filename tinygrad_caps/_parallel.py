@@ -54,6 +54,18 @@ def over_slices(count: int, work, nbytes: int) -> None:
         future.result()
 
 
+def matmul_by_slices(a, b, out, nbytes: int) -> None:
+    """``np.matmul(a, b, out=out)`` for stacks of matrices, the stack (axis 0) split over the cores.
+
+    For many small products (one per capsule or per example) that are each too small for BLAS's
+    own threads; ``a``, ``b`` and ``out`` may be strided views, which BLAS reads and writes in place.
+    """
+    def run(start, stop):
+        np.matmul(a[start:stop], b[start:stop], out=out[start:stop])
+
+    over_slices(out.shape[0], run, nbytes)
+
+
 PARALLEL_ELEMENTWISE_BYTES = 8 << 20  # outputs smaller than this are computed in one call
 _OPERATORS = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul, np.divide: operator.truediv}
 

@@ -68,8 +68,9 @@ def im2col_array(x, kernel, stride, padding):
     """
     xp = array_module(x)
     n, c, h, w = x.shape
-    if _kernel_runner(x) is not None:
-        return conv_kernels.im2col(x, kernel, stride, padding, batch_last(n, xp), runner=_kernel_runner(x))
+    runner = _kernel_runner(x)
+    if runner is not None:
+        return conv_kernels.im2col(x, kernel, stride, padding, batch_last(n, xp), runner=runner)
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
     src = xp.ascontiguousarray(x.transpose(channels_first_axes(n, xp)))
@@ -105,9 +106,9 @@ def col2im_array(col, image_shape, kernel, stride, padding):
     """
     xp = array_module(col)
     n, c, h, w = image_shape
-    if _kernel_runner(col) is not None:
-        return conv_kernels.col2im(col, image_shape, kernel, stride, padding, batch_last(n, xp),
-                                   runner=_kernel_runner(col))
+    runner = _kernel_runner(col)
+    if runner is not None:
+        return conv_kernels.col2im(col, image_shape, kernel, stride, padding, batch_last(n, xp), runner=runner)
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     oh, ow = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
     hp, wp = h + 2 * ph, w + 2 * pw
