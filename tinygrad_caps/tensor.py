@@ -258,7 +258,7 @@ class Tensor:
         if not fits:
             raise ValueError(f"{op}: an operand of shape {tuple(other.shape)} does not broadcast to "
                              f"this tensor's shape {self.shape}")
-        return backend.to_device(other, self.device) if self.device != "cpu" else backend.to_numpy(other)
+        return backend.to_device(other, self.device)
 
     def copy_(self, src) -> "Tensor":
         """Copy ``src`` (Tensor, array or number broadcasting to this shape) into this tensor; returns self."""

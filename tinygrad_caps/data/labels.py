@@ -8,11 +8,10 @@ from .errors import DatasetError
 MIN_CLASSES = 2
 
 
-def class_count(name: str, train_labels: np.ndarray, test_labels: np.ndarray, known_classes=None) -> int:
+def class_count(name: str, train_labels: np.ndarray, test_labels: np.ndarray) -> int:
     """The number of classes K of a dataset, after checking its labels.
 
-    A known dataset has a fixed K (``known_classes``), and every label must lie in 0..K-1. Any other
-    dataset must hold integer labels 0..K-1 with every class present in the training split, and
+    The dataset must hold integer labels 0..K-1 with every class present in the training split, and
     test labels within that range. Raises DatasetError naming the first problem.
     """
     for split, labels in (("train", train_labels), ("test", test_labels)):
@@ -23,12 +22,6 @@ def class_count(name: str, train_labels: np.ndarray, test_labels: np.ndarray, kn
     low = int(min(train_labels.min(), test_labels.min()))
     if low < 0:
         raise DatasetError(f"{name}: labels must be >= 0, found {low}")
-    if known_classes is not None:
-        high = int(max(train_labels.max(), test_labels.max()))
-        if high >= known_classes:
-            raise DatasetError(f"{name} has {known_classes} classes (labels 0..{known_classes - 1}), "
-                               f"but its files hold label {high}")
-        return known_classes
     classes = int(train_labels.max()) + 1
     if classes < MIN_CLASSES:
         raise DatasetError(f"{name}: the training labels hold a single class; a classifier needs at least {MIN_CLASSES}")

@@ -87,13 +87,6 @@ def jitter_parameters(count: int, rng: np.random.Generator, max_brightness: floa
     return rng.uniform(-max_brightness, max_brightness, size=count), rng.uniform(*contrast_range, size=count)
 
 
-def brightness_contrast_jitter(images, rng: np.random.Generator, max_brightness: float,
-                               contrast_range: tuple[float, float]) -> np.ndarray:
-    """Random ``brightness_contrast`` per image (see ``jitter_parameters``). float32 (N, C, H, W)."""
-    images = _check_batch("brightness_contrast_jitter", images)
-    return brightness_contrast(images, *jitter_parameters(len(images), rng, max_brightness, contrast_range))
-
-
 def _bilinear_sample(images: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
     """Sample (N, C, H, W) float images at source coordinates ys, xs of shape (H', W'), zero outside."""
     n, c, h, w = images.shape

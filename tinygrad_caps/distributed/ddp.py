@@ -228,8 +228,3 @@ class DistributedDataParallel(Module):
 
     def extra_repr(self):
         return f"world_size={group.world_size()}, buckets={len(self.buckets)}, bucket_mb={self.bucket_mb}"
-
-
-def bucket_sizes(ddp: DistributedDataParallel) -> list:
-    """The number of gradient elements in each bucket, in launch order."""
-    return [b.numel for b in ddp.buckets]
