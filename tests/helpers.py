@@ -38,3 +38,39 @@ def check_both(f, inputs, **kw):
     """Backward and double backward of ``f`` against central differences, and no write into the
     inputs or the upstream gradient (``tinygrad_caps.testing.check_gradients``)."""
     check_gradients(f, inputs, double=True, **kw)
+
+
+def write_striped_dataset(folder, counts, *, size=10, cycle_labels=False, stripe_end=8, compress=True):
+    """A tiny learnable IDX dataset in ``folder``: ``counts`` = (train, test) images of size x size,
+    3 classes (drawn at random, or 0, 1, 2, 0, ... with ``cycle_labels``), each image dim noise with a
+    bright stripe at rows 2 + 3 * label (2 rows, columns 2 .. stripe_end - 1); seeded, so repeatable."""
+    from tinygrad_caps.data import write_idx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for stem, n in zip(("train", "t10k"), counts):
+        labels = (np.arange(n) % 3).astype(np.uint8) if cycle_labels else rng.integers(0, 3, n).astype(np.uint8)
+        images = (rng.random((n, size, size)) * 60).astype(np.uint8)
+        for k, label in enumerate(labels):
+            images[k, 2 + 3 * label:4 + 3 * label, 2:stripe_end] = 255
+        suffix = ".gz" if compress else ""
+        write_idx(folder / f"{stem}-images-idx3-ubyte{suffix}", images, compress=compress)
+        write_idx(folder / f"{stem}-labels-idx1-ubyte", labels)
+
+
+def metrics_without_times(out):
+    """The lines of ``out/metrics.jsonl`` as dicts, without their wall-clock ``seconds``."""
+    import json
+
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        line.pop("seconds")
+    return lines
+
+
+def gpu_count() -> int:
+    """How many CUDA GPUs CuPy sees (0 without a usable GPU)."""
+    import tinygrad_caps as tc
+
+    cp = tc.backend.cupy_module()
+    return cp.cuda.runtime.getDeviceCount() if cp is not None and tc.gpu_available() else 0

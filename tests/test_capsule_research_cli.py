@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from tinygrad_caps.data import DatasetError, load_dataset, write_idx
+from tinygrad_caps.data import DatasetError, load_dataset
 from tinygrad_caps.models import cli
 from tinygrad_caps.models.presets import SABOUR_OFFICIAL
+
+from helpers import write_striped_dataset
 
 TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
         "--kernel-size", "3", "--batch-size", "8", "--no-progress"]
@@ -21,16 +23,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 @pytest.fixture
 def data_dir(tmp_path):
-    folder = tmp_path / "data" / "tiny"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for stem, n in (("train", 32), ("t10k", 16)):
-        labels = rng.integers(0, 3, n).astype(np.uint8)
-        images = (rng.random((n, 10, 10)) * 60).astype(np.uint8)
-        for k, label in enumerate(labels):
-            images[k, 2 + 3 * label:4 + 3 * label, 2:8] = 255
-        write_idx(folder / f"{stem}-images-idx3-ubyte", images)
-        write_idx(folder / f"{stem}-labels-idx1-ubyte", labels)
+    write_striped_dataset(tmp_path / "data" / "tiny", (32, 16), compress=False)
     return tmp_path / "data"
 
 

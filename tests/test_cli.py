@@ -6,12 +6,12 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from tinygrad_caps.data import write_idx
 from tinygrad_caps.models import cli
+
+from helpers import metrics_without_times as metrics, write_striped_dataset
 
 TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
         "--kernel-size", "3", "--batch-size", "8", "--no-progress"]
@@ -19,28 +19,12 @@ TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "
 
 @pytest.fixture
 def data_dir(tmp_path):
-    folder = tmp_path / "data" / "tiny"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for stem, n in (("train", 40), ("t10k", 16)):
-        labels = rng.integers(0, 3, n).astype(np.uint8)
-        images = (rng.random((n, 10, 10)) * 60).astype(np.uint8)
-        for k, label in enumerate(labels):  # a learnable pattern per class
-            images[k, 2 + 3 * label:4 + 3 * label, 2:8] = 255
-        write_idx(folder / f"{stem}-images-idx3-ubyte.gz", images, compress=True)
-        write_idx(folder / f"{stem}-labels-idx1-ubyte", labels)
+    write_striped_dataset(tmp_path / "data" / "tiny", (40, 16))
     return tmp_path / "data"
 
 
 def train(data_dir, out, *extra):
     return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), *TINY, *extra])
-
-
-def metrics(out):
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    for line in lines:
-        line.pop("seconds")
-    return lines
 
 
 def test_train_writes_metrics_checkpoints_and_config(data_dir, tmp_path):

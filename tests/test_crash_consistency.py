@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from tinygrad_caps.data import write_idx
 from tinygrad_caps.models import cli
+
+from helpers import metrics_without_times as metrics, write_striped_dataset
 
 TINY = ["--dataset", "tiny", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim",
         "4", "--kernel-size", "3", "--batch-size", "8", "--no-progress", "--device", "cpu", "--epochs", "3"]
@@ -21,27 +21,12 @@ BATCHES_PER_EPOCH = 5
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data") / "tiny"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for stem, n in (("train", 40), ("t10k", 16)):
-        labels = (np.arange(n) % 3).astype(np.uint8)
-        images = (rng.random((n, 10, 10)) * 60).astype(np.uint8)
-        for k, label in enumerate(labels):
-            images[k, 2 + 3 * label:4 + 3 * label, 2:8] = 255
-        write_idx(folder / f"{stem}-images-idx3-ubyte.gz", images, compress=True)
-        write_idx(folder / f"{stem}-labels-idx1-ubyte", labels)
+    write_striped_dataset(folder, (40, 16), cycle_labels=True)
     return folder.parent
 
 
 def args(data_dir, out, *extra):
     return ["train", *TINY, "--data-dir", str(data_dir), "--out", str(out), *extra]
-
-
-def metrics(out):
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    for line in lines:
-        line.pop("seconds")
-    return lines
 
 
 @pytest.fixture(scope="module")

@@ -125,17 +125,10 @@ def test_smallnorb_download_checks_size_and_sha256(tmp_path, monkeypatch):
     monkeypatch.setattr(norb, "GZ_SHA256", dict(norb.GZ_SHA256, **sums))
     served = {}
 
-    class Response(io.BytesIO):
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
     def fake_urlopen(url, timeout=None):
         stem = url.rsplit("/", 1)[1][:-3]
         served[stem] = True
-        return Response(payloads[stem])
+        return io.BytesIO(payloads[stem])
 
     monkeypatch.setattr(cache.urllib.request, "urlopen", fake_urlopen)
     x, y = load_dataset("smallnorb", "test", download_missing=True)
@@ -143,7 +136,7 @@ def test_smallnorb_download_checks_size_and_sha256(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "cache" / "smallnorb").iterdir()) == sorted(f"{s}.gz" for s in payloads)
     for p in (tmp_path / "cache" / "smallnorb").iterdir():
         p.unlink()
-    monkeypatch.setattr(cache.urllib.request, "urlopen", lambda url, timeout=None: Response(payloads[
+    monkeypatch.setattr(cache.urllib.request, "urlopen", lambda url, timeout=None: io.BytesIO(payloads[
         url.rsplit("/", 1)[1][:-3]] + b"x"))
     with pytest.raises(DatasetError, match="expected"):
         load_dataset("smallnorb", "test", download_missing=True)
@@ -222,19 +215,12 @@ def test_cifar_download_checks_the_archive(tmp_path, monkeypatch):
     monkeypatch.setattr(cifar, "ARCHIVE_SIZE", len(payload))
     monkeypatch.setattr(cifar, "ARCHIVE_SHA256", hashlib.sha256(payload).hexdigest())
 
-    class Response(io.BytesIO):
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
     tampered = payload[:100] + bytes([payload[100] ^ 1]) + payload[101:]
-    monkeypatch.setattr(cache.urllib.request, "urlopen", lambda url, timeout=None: Response(tampered))
+    monkeypatch.setattr(cache.urllib.request, "urlopen", lambda url, timeout=None: io.BytesIO(tampered))
     with pytest.raises(DatasetError, match="SHA-256 mismatch"):
         load_dataset("cifar10", "test", download_missing=True)
     assert not (tmp_path / "cache" / "cifar10" / cifar.ARCHIVE).exists()
-    monkeypatch.setattr(cache.urllib.request, "urlopen", lambda url, timeout=None: Response(payload))
+    monkeypatch.setattr(cache.urllib.request, "urlopen", lambda url, timeout=None: io.BytesIO(payload))
     assert load_dataset("cifar10", "test", download_missing=True)[0].shape == (3, 3, 32, 32)
     assert (tmp_path / "cache" / "cifar10" / cifar.ARCHIVE).read_bytes() == payload
 

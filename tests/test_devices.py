@@ -11,6 +11,8 @@ import tinygrad_caps.functional as F
 from tinygrad_caps import backend
 from tinygrad_caps.kernels import capsule, launch
 
+from helpers import gpu_count
+
 
 class FakeGpuArray:
     """Stands in for a CuPy array on GPU ``index`` (only what the device checks read)."""
@@ -52,8 +54,6 @@ def test_a_launch_goes_to_the_gpu_of_its_arrays():
         launch.launch_device_id(mixed)
 
 
-def gpu_count():
-    return backend.cupy_module().cuda.runtime.getDeviceCount() if tc.gpu_available() else 0
 
 
 @pytest.mark.gpu

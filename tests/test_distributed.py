@@ -20,7 +20,7 @@ import tinygrad_caps.distributed as dist
 from tinygrad_caps.data import BatchIterator
 from tinygrad_caps.distributed.launch import mpi_available, mpirun_command
 
-from helpers import arrays, check_both, on_grid, shapes
+from helpers import arrays, check_both, gpu_count, metrics_without_times as metric_lines, on_grid, shapes, write_striped_dataset
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 MPI_OK, MPI_WHY = mpi_available()
@@ -260,18 +260,7 @@ TINY = ["--dataset", "tiny", "--conv1-channels", "4", "--primary-types", "2", "-
 
 @pytest.fixture
 def tiny_data(tmp_path):
-    from tinygrad_caps.data import write_idx
-
-    folder = tmp_path / "data" / "tiny"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for stem, n in (("train", 64), ("t10k", 32)):
-        labels = np.arange(n).astype(np.uint8) % 3
-        images = (rng.random((n, 12, 12)) * 60).astype(np.uint8)
-        for k, label in enumerate(labels):
-            images[k, 2 + 3 * label:4 + 3 * label, 2:9] = 255
-        write_idx(folder / f"{stem}-images-idx3-ubyte.gz", images, compress=True)
-        write_idx(folder / f"{stem}-labels-idx1-ubyte", labels)
+    write_striped_dataset(tmp_path / "data" / "tiny", (64, 32), size=12, cycle_labels=True, stripe_end=9)
     return tmp_path / "data"
 
 
@@ -282,13 +271,6 @@ def train_command(data_dir, out, *extra):
 
 def run_single(args, timeout=240):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=single_thread_env())
-
-
-def metric_lines(out):
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    for line in lines:
-        line.pop("seconds")
-    return lines
 
 
 def assert_metrics_close(a, b, tolerance=1e-10):
@@ -357,9 +339,6 @@ def test_post_accumulate_hooks_fire_during_backward():
 
 
 # ----- NCCL (GPUs) -----
-def gpu_count():
-    cp = tc.backend.cupy_module()
-    return cp.cuda.runtime.getDeviceCount() if cp is not None and tc.gpu_available() else 0
 
 
 @pytest.mark.gpu
