@@ -98,6 +98,13 @@ def parse_hidden_capsules(spec) -> list:
     return layers
 
 
+def feature_map_sizes(image_size: int, kernel_size: int) -> tuple[int, int]:
+    """(conv1's output side, PrimaryCaps' output side): a valid convolution, then one with stride 2.
+    Either is below 1 when the image is too small for the two."""
+    conv1_size = image_size - kernel_size + 1
+    return conv1_size, (conv1_size - kernel_size) // 2 + 1
+
+
 class CapsNet(nn.Module):
     """The CapsNet of the paper, with every size taken from the arguments, and its research variants.
 
@@ -136,8 +143,7 @@ class CapsNet(nn.Module):
                            digit_dim=digit_dim, kernel_size=kernel_size, hidden_capsules=hidden_capsules,
                            capsule_bias=bool(capsule_bias), routing=routing, conventions=conventions,
                            leaky_routing=bool(leaky_routing))
-        conv1_size = image_size - kernel_size + 1
-        primary_size = (conv1_size - kernel_size) // 2 + 1
+        conv1_size, primary_size = feature_map_sizes(image_size, kernel_size)
         if conv1_size < 1 or primary_size < 1:
             raise ValueError(f"CapsNet: image_size {image_size} is too small for two {kernel_size}x{kernel_size} convolutions")
         official = conventions == "official"

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import tinygrad_caps as tc
-from tinygrad_caps.data import DATASETS, dataset_spec
+from tinygrad_caps.data import DATASETS
 
 from .cli_errors import report
 from .decoders import DECODERS
@@ -32,7 +32,7 @@ from .capsnet import CONVENTIONS, parse_hidden_capsules
 from .presets import PRESETS, preset_options
 from .routing import ROUTING_KINDS
 from .visualize import WHATS, visualize, write_reconstructions
-from .training import MODEL_OPTIONS, MODELS, evaluate, limited, load_checkpoint_model, train
+from .training import MODEL_OPTIONS, MODELS, checkpoint_dataset_spec, evaluate, limited, load_checkpoint_model, train
 
 
 def positive_int(text):
@@ -206,8 +206,7 @@ def run_evaluate(args):
         raise UsageError("--reconstructions needs a CapsNet checkpoint; the baseline CNN has no decoder")
     dataset = args.dataset or config["dataset"]
     data_dir = args.data_dir or config.get("data_dir")
-    spec = dataset_spec(dataset, data_dir, config["image_size"], config["in_channels"])
-    spec.check_model(config["in_channels"], config["image_size"], config["num_classes"], f"checkpoint {args.checkpoint}")
+    spec = checkpoint_dataset_spec(config, dataset, data_dir, args.checkpoint)
     images, labels = limited(*spec.load("test", data_dir), args.limit_test)
     num_classes = config["num_classes"]
     result = evaluate(model, images, labels, args.batch_size, num_classes, preprocess=spec.test_preprocess)

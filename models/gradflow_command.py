@@ -17,7 +17,7 @@ from .gradflow import gradient_flow_report, mean_of_reports
 from .option_checks import check_out_folder
 from .plots import plot_gradflow, pyplot
 from .routing import GRADIENT_MODES
-from .training import MODEL_OPTIONS, build_model, device_or_usage_error, load_checkpoint_model
+from .training import MODEL_OPTIONS, build_model, checkpoint_dataset_spec, device_or_usage_error, load_checkpoint_model
 
 
 def parse_modes(text: str) -> tuple:
@@ -42,8 +42,7 @@ def _model_and_data(args):
         model, config = load_checkpoint_model(args.checkpoint, overrides, args.device)
         dataset = args.dataset or config.get("dataset") or "fashion-mnist"
         data_dir = args.data_dir or config.get("data_dir")
-        spec = dataset_spec(dataset, data_dir, config["image_size"], config["in_channels"])
-        spec.check_model(config["in_channels"], config["image_size"], config["num_classes"], f"checkpoint {args.checkpoint}")
+        spec = checkpoint_dataset_spec(config, dataset, data_dir, args.checkpoint)
         source = str(args.checkpoint)
     else:
         dataset, data_dir = args.dataset or "fashion-mnist", args.data_dir

@@ -7,6 +7,7 @@ model that cannot fit (``--conv1-channels 1000000000``) before NumPy tries to al
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 
@@ -14,11 +15,14 @@ import numpy as np
 
 from tinygrad_caps.data.idx import meminfo_available_bytes
 
+from .capsnet import CapsNet, feature_map_sizes
 from .errors import UsageError
 
 GIB = 1024 ** 3
-CAPSNET_DEFAULTS = dict(in_channels=1, image_size=28, num_classes=10, conv1_channels=256, primary_types=32,
-                        primary_dim=8, digit_dim=16, kernel_size=9, decoder="fc", hidden_capsules=())
+# CapsNet's own defaults for the options that size it.
+CAPSNET_DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(CapsNet).parameters.items()
+                    if name in ("in_channels", "image_size", "num_classes", "conv1_channels", "primary_types",
+                                "primary_dim", "digit_dim", "kernel_size", "decoder", "hidden_capsules")}
 
 
 def _with_defaults(config: dict) -> dict:
@@ -32,8 +36,7 @@ def capsnet_geometry(config: dict) -> dict:
     """
     config = _with_defaults(config)
     size, k = config["image_size"], config["kernel_size"]
-    conv1_size = size - k + 1
-    primary_size = (conv1_size - k) // 2 + 1 if conv1_size >= k else 0
+    conv1_size, primary_size = feature_map_sizes(size, k)
     if conv1_size < 1 or primary_size < 1:
         raise UsageError(f"{size}x{size} images are too small for two {k}x{k} convolutions "
                          f"(--kernel-size {k}); use a kernel size of at most {max(1, (size + 1) // 2)}")

@@ -425,3 +425,11 @@ def load_checkpoint_model(path, overrides=None, device="auto"):
         raise tc.CheckpointError(f"{path}: {exc}") from exc
     model.to(device=device)
     return model, config
+
+
+def checkpoint_dataset_spec(config, name, data_dir, checkpoint):
+    """The DatasetSpec of dataset ``name`` for a model trained with ``config`` (a checkpoint's), checked
+    against the model's input geometry and class count (UsageError naming ``checkpoint`` if they differ)."""
+    spec = dataset_spec(name, data_dir, config["image_size"], config["in_channels"])
+    spec.check_model(config["in_channels"], config["image_size"], config["num_classes"], f"checkpoint {checkpoint}")
+    return spec

@@ -12,12 +12,12 @@ import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
-from tinygrad_caps.data import affine_bilinear, dataset_spec
+from tinygrad_caps.data import affine_bilinear
 
 from .baseline_cnn import BaselineCNN
 from .errors import UsageError
 from .plots import pyplot
-from .training import limited, load_checkpoint_model
+from .training import checkpoint_dataset_spec, limited, load_checkpoint_model
 
 WHATS = ("reconstructions", "perturbation", "robustness")
 DEFAULT_COUNTS = {"reconstructions": 16, "perturbation": 3, "robustness": 500}
@@ -322,8 +322,7 @@ def visualize(checkpoint, what: str, out, dataset=None, data_dir=None, count=Non
     model, config = load_checkpoint_model(checkpoint, device=device)
     name = dataset or config["dataset"]
     data_dir = data_dir or config.get("data_dir")
-    spec = dataset_spec(name, data_dir, config["image_size"], config["in_channels"])
-    spec.check_model(config["in_channels"], config["image_size"], config["num_classes"], f"checkpoint {checkpoint}")
+    spec = checkpoint_dataset_spec(config, name, data_dir, checkpoint)
     images, labels = limited(*spec.load("test", data_dir), count)
     x = spec.preprocess(images)
     classes = list(spec.classes)
