@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, block_limit, check_int32, default_runner, \
-    empty_like_output, grid_for, i32, prepare, suffix
+from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
+    default_runner, empty_like_output, grid_for, i32, prepare, suffix, vector_width
 
-VECTOR_BYTES = 16  # float4 / double2
 GRAD_THREADS = 256  # capsule_grad's default: 8 warps, so 8 rows of g staged per chunk
 
 
@@ -20,12 +19,6 @@ def _sizes(op, u_shape, w_shape):
         raise ValueError(f"{op}: u of shape {tuple(u_shape)} (B, I, K) does not fit W of shape {tuple(w_shape)} (I, J, D, K)")
     check_int32(op, B=b, I=i, J=j, D=d, K=k, BJDK=b * j * d * k)
     return b, i, j, d, k
-
-
-def aligned(array) -> bool:
-    """Whether ``array``'s data starts on a 16-byte boundary (vector loads and stores need it)."""
-    pointer = array.data.ptr if hasattr(array.data, "ptr") else array.ctypes.data
-    return pointer % VECTOR_BYTES == 0
 
 
 def _shared_bytes(op, count, dtype):
@@ -46,7 +39,7 @@ def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS):
     if out.size == 0:
         return out.reshape(b, i, j, d)
     runner = runner or default_runner([u])
-    vec = int((j * d) % (VECTOR_BYTES // u.itemsize) == 0 and aligned(out))
+    vec = int((j * d) % vector_width(u.dtype) == 0 and aligned(out))
     shared = _shared_bytes("capsule_predict", j * d * k, u.dtype)
     runner(KernelLaunch("capsule.cu", f"capsule_predict_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
                         (u, W, out) + i32(b, i, j, d, k, vec), outputs=(2,), shared_mem=shared))

@@ -30,6 +30,7 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
 MAX_GRID_DIM = (2 ** 31 - 1, 65535, 65535)
 MAX_SHARED_BYTES = 48 * 1024  # without cudaFuncAttributeMaxDynamicSharedMemorySize, which we never set
+VECTOR_BYTES = 16  # float4 / double2
 
 _raw_enabled = os.environ.get("TINYGRAD_CAPS_RAW_KERNELS", "1") != "0"
 
@@ -175,6 +176,17 @@ def prepare(op: str, named_arrays: dict, ndims: dict):
             raise ValueError(f"{op}: {name} must have {ndims[name]} dimensions, got shape {tuple(a.shape)}")
     with device_context(first):
         return xp, [xp.ascontiguousarray(a) for a in named_arrays.values()]
+
+
+def aligned(array) -> bool:
+    """Whether ``array``'s data starts on a 16-byte boundary (vector loads and stores need it)."""
+    pointer = array.data.ptr if hasattr(array.data, "ptr") else array.ctypes.data
+    return pointer % VECTOR_BYTES == 0
+
+
+def vector_width(dtype) -> int:
+    """Values of ``dtype`` in one vector load or store (float4: 4, double2: 2)."""
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
 def check_int32(op: str, **sizes) -> None:

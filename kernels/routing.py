@@ -5,11 +5,8 @@ Shapes: c and a (B, I, J), u_hat (B, I, J, D), s and v (B, J, D).
 """
 from __future__ import annotations
 
-import numpy as np
-
-from .capsule import VECTOR_BYTES, aligned
-from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, block_limit, check_int32, default_runner, \
-    empty_like_output, grid_for, i32, prepare, suffix
+from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
+    default_runner, empty_like_output, grid_for, i32, prepare, suffix, vector_width
 
 # Must match AGREEMENT_ROWS_PER_WARP in routing.cu.
 AGREEMENT_ROWS_PER_WARP = 4
@@ -17,10 +14,6 @@ AGREEMENT_ROWS_PER_WARP = 4
 # fill an H100's 132 SMs several times over. Depends on B and I only, so results do too.
 WEIGHTED_SUM_TILES = 2048
 FORWARD_THREADS = 1024
-
-
-def _vector_width(dtype) -> int:
-    return VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
 def weighted_sum_chunks(b: int, i: int) -> int:
@@ -48,7 +41,7 @@ def routing_weighted_sum(c, u_hat, runner=None, threads: int = DEFAULT_THREADS):
     rows_per_chunk = -(-i // chunks)
     chunks = -(-i // rows_per_chunk)  # no empty chunk
     partial = empty_like_output(xp, (b, chunks, j * d), u_hat.dtype, like=u_hat)
-    width = _vector_width(u_hat.dtype)
+    width = vector_width(u_hat.dtype)
     vec = int(d % width == 0 and aligned(u_hat) and aligned(partial))
     groups = j * d // width if vec else j * d
     rows = max(1, threads // groups)
@@ -83,7 +76,7 @@ def routing_agreement(u_hat, v, runner=None, threads: int = DEFAULT_THREADS):
         a[...] = 0
         return a
     runner = runner or default_runner([u_hat])
-    width = _vector_width(u_hat.dtype)
+    width = vector_width(u_hat.dtype)
     group = d // width
     vec = int(d % width == 0 and group <= 32 and group & (group - 1) == 0 and aligned(u_hat))
     shared = j * d * u_hat.itemsize
