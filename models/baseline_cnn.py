@@ -1,9 +1,10 @@
 """The CNN baseline of Sabour, Frosst & Hinton (2017), section 5, for the CapsNet-vs-CNN comparisons."""
 from __future__ import annotations
 
-import tinygrad_caps as tc
 from tinygrad_caps import functional as F
 from tinygrad_caps import nn
+
+from .image_batch import image_batch
 
 
 class BaselineCNN(nn.Module):
@@ -46,13 +47,7 @@ class BaselineCNN(nn.Module):
 
     def forward(self, x):
         """x (B, C, H, W) images -> (B, num_classes) logits (dropout only in training mode)."""
-        x = tc.as_tensor(x)
-        dtype = self.conv1.weight.dtype
-        if x.dtype != dtype:
-            x = x.astype(dtype)
-        expected = (self.config["in_channels"], self.config["image_size"], self.config["image_size"])
-        if x.ndim != 4 or x.shape[1:] != expected:
-            raise ValueError(f"BaselineCNN: expected images (B, {', '.join(map(str, expected))}), got shape {x.shape}")
+        x = image_batch(x, self.config, self.conv1.weight.dtype, "BaselineCNN")
         h = F.relu(self.conv3(F.relu(self.conv2(F.relu(self.conv1(x))))))
         h = F.relu(self.fc1(F.reshape(h, (x.shape[0], -1))))
         h = F.relu(self.fc2(h))

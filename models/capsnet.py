@@ -9,6 +9,7 @@ from tinygrad_caps import functional as F
 from tinygrad_caps import nn
 
 from .decoders import make_decoder
+from .image_batch import image_batch
 from .routing import ROUTING_KINDS, dynamic_routing, uniform_routing
 
 LENGTH_EPS = 1e-8
@@ -203,13 +204,7 @@ class CapsNet(nn.Module):
             ``return_trace``, also a list of RoutingTrace, one per routing layer, bottom to top
             (names in ``routing_layers()``). Both: (v, lengths, reconstruction, couplings, traces).
         """
-        x = tc.as_tensor(x)
-        dtype = self.digit.weight.dtype
-        if x.dtype != dtype:
-            x = x.astype(dtype)
-        expected = (self.config["in_channels"], self.config["image_size"], self.config["image_size"])
-        if x.ndim != 4 or x.shape[1:] != expected:
-            raise ValueError(f"CapsNet: expected images (B, {', '.join(map(str, expected))}), got shape {x.shape}")
+        x = image_batch(x, self.config, self.digit.weight.dtype, "CapsNet")
         u = self.primary(F.relu(self.conv1(x)))
         traces, couplings = [], None
         for name, layer in self.routing_layers():
@@ -231,7 +226,7 @@ class CapsNet(nn.Module):
             chosen = lengths.xp.argmax(lengths.data, axis=1)
         else:
             chosen = y.data if isinstance(y, tc.Tensor) else lengths.xp.asarray(np.asarray(y))
-        mask = F.one_hot(chosen, self.config["num_classes"], dtype=dtype)
+        mask = F.one_hot(chosen, self.config["num_classes"], dtype=x.dtype)
         reconstruction = self.decoder(F.reshape(v * F.expand_dims(mask, -1), (x.shape[0], -1)))
         outputs = (v, lengths, reconstruction)
         if return_coupling:
