@@ -20,11 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import tempfile
 import threading
 from pathlib import Path
 
-from tinygrad_caps.serialization import current_umask
+from tinygrad_caps.serialization import write_atomically
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CRASH_ENV = "TINYGRAD_CAPS_TEST_CRASH"
@@ -123,19 +122,7 @@ def append_metrics_line(path: Path, line: str) -> None:
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` so that a reader sees the old or the new content, never a mix."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, lambda f: f.write(text), text=True, usual_permissions=True)
 
 
 def keep_metrics_through_epoch(path: Path, epochs: int) -> int:

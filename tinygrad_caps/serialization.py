@@ -10,12 +10,12 @@ import errno
 import json
 import math
 import os
-import tempfile
 import zipfile
 
 import numpy as np
 
 from . import backend
+from ._atomic_file import write_atomically
 from .errors import CheckpointError
 from .tensor import Tensor
 
@@ -67,42 +67,7 @@ def save(state, path) -> None:
     tree = _encode(state, arrays)
     meta = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree}).encode("utf-8")
     arrays[META_KEY] = np.frombuffer(meta, dtype=np.uint8)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; a checkpoint gets the usual permissions
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:  # some filesystems cannot fsync a directory
-        pass
-
-
-def current_umask() -> int:
-    """The process's umask, read without changing it where /proc allows."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    write_atomically(path, lambda f: np.savez(f, **arrays), usual_permissions=True, sync_folder=True)
 
 
 def _check_members(path, archive: zipfile.ZipFile) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.request
 from pathlib import Path
 
+from .._atomic_file import write_atomically as write_file_atomically
 from .errors import DatasetError
 
 
@@ -44,19 +44,9 @@ def find_file(folder: Path, stem: str):
 
 
 def write_atomically(target: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``target`` through a synced temporary file in the same folder, then rename."""
+    """Write ``payload`` to ``target`` (folders made as needed) through a synced temporary file, then rename."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".download-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_file_atomically(target, lambda f: f.write(payload), prefix=".download-")
 
 
 def fetch_verified(urls, target: Path, sha256: str, digest_of=lambda payload: payload, timeout: float = 60) -> Path:
