@@ -74,3 +74,27 @@ def gpu_count() -> int:
 
     cp = tc.backend.cupy_module()
     return cp.cuda.runtime.getDeviceCount() if cp is not None and tc.gpu_available() else 0
+
+
+def routing_and_conv_gradients(u_shape, w_shape, w_scale, x_shape, k_shape, device="cpu", dtype=np.float64):
+    """[loss, first-order gradients, second-order gradients] of a loss through the capsule prediction,
+    3 routing iterations, a stride-2 convolution and its transpose, for u, W, an image x and a kernel k
+    drawn with seed 5 (the arrays come back as NumPy): every kernel-backed op, to second order."""
+    import tinygrad_caps as tc
+    import tinygrad_caps.functional as F
+
+    rng = np.random.default_rng(5)
+    u = tc.tensor(rng.standard_normal(u_shape).astype(dtype), device=device, requires_grad=True)
+    w = tc.tensor((rng.standard_normal(w_shape) * w_scale).astype(dtype), device=device, requires_grad=True)
+    x = tc.tensor(rng.standard_normal(x_shape).astype(dtype), device=device, requires_grad=True)
+    k = tc.tensor(rng.standard_normal(k_shape).astype(dtype), device=device, requires_grad=True)
+    u_hat = F.capsule_predict(u, w)
+    logits = tc.zeros(u_shape[:2] + w_shape[1:2], dtype=dtype, device=device)
+    for r in range(3):
+        v = F.squash(F.routing_weighted_sum(F.softmax(logits, axis=2), u_hat))
+        if r < 2:
+            logits = logits + F.routing_agreement(u_hat, v)
+    loss = (v * v).sum() + (F.conv_transpose2d(F.conv2d(x, k, None, 2, 1), k, None, 2, 1) ** 2).sum()
+    grads = tc.grad(loss, [u, w, x, k], create_graph=True)
+    second = tc.grad(sum((g * g).sum() for g in grads), [u, w, x, k])
+    return [loss.numpy()] + [g.numpy() for g in grads + second]

@@ -3,10 +3,10 @@ equal those through plain CuPy (skipped without a GPU)."""
 import numpy as np
 import pytest
 
-import tinygrad_caps as tc
-import tinygrad_caps.functional as F
 from tinygrad_caps import kernels
 from tinygrad_caps.kernels import capsule, conv, launch, routing
+
+from helpers import routing_and_conv_gradients
 
 pytestmark = pytest.mark.gpu
 
@@ -76,21 +76,7 @@ def test_im2col_and_col2im_kernels_equal_numpy(cp, case, batch_last):
 
 
 def routing_loss(device, dtype):
-    rng = np.random.default_rng(5)
-    u = tc.tensor(rng.standard_normal((4, 37, 8)).astype(dtype), device=device, requires_grad=True)
-    w = tc.tensor((rng.standard_normal((37, 10, 16, 8)) * 0.1).astype(dtype), device=device, requires_grad=True)
-    x = tc.tensor(rng.standard_normal((4, 3, 11, 11)).astype(dtype), device=device, requires_grad=True)
-    k = tc.tensor(rng.standard_normal((5, 3, 3, 3)).astype(dtype), device=device, requires_grad=True)
-    u_hat = F.capsule_predict(u, w)
-    b = tc.zeros((4, 37, 10), dtype=dtype, device=device)
-    for r in range(3):
-        v = F.squash(F.routing_weighted_sum(F.softmax(b, axis=2), u_hat))
-        if r < 2:
-            b = b + F.routing_agreement(u_hat, v)
-    loss = (v * v).sum() + (F.conv_transpose2d(F.conv2d(x, k, None, 2, 1), k, None, 2, 1) ** 2).sum()
-    grads = tc.grad(loss, [u, w, x, k], create_graph=True)
-    second = tc.grad(sum((g * g).sum() for g in grads), [u, w, x, k])
-    return [g.numpy() for g in grads + second]
+    return routing_and_conv_gradients((4, 37, 8), (37, 10, 16, 8), 0.1, (4, 3, 11, 11), (5, 3, 3, 3), device, dtype)
 
 
 def test_gradients_through_kernels_equal_plain_cupy_and_numpy():

@@ -16,6 +16,8 @@ from tinygrad_caps.gradcheck import check_double_grad, check_grad
 from tinygrad_caps.kernels.emulation import Emulator
 from tinygrad_caps.kernels.launch import run_numpy_arrays_with
 
+from helpers import routing_and_conv_gradients
+
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
 
 EMULATOR = Emulator(max_blocks=2)
@@ -61,21 +63,8 @@ def test_second_derivatives_on_the_kernel_path():
 
 
 def routing_loss_and_gradients():
-    rng = np.random.default_rng(5)
-    u = tc.tensor(rng.standard_normal((3, 11, 4)), requires_grad=True)
-    w = tc.tensor(rng.standard_normal((11, 3, 8, 4)) * 0.3, requires_grad=True)
-    x = tc.tensor(rng.standard_normal((9, 2, 7, 7)), requires_grad=True)  # batch >= 8: batch-last columns
-    k = tc.tensor(rng.standard_normal((3, 2, 3, 3)), requires_grad=True)
-    u_hat = F.capsule_predict(u, w)
-    logits = tc.zeros((3, 11, 3), dtype=np.float64)
-    for r in range(3):
-        v = F.squash(F.routing_weighted_sum(F.softmax(logits, axis=2), u_hat))
-        if r < 2:
-            logits = logits + F.routing_agreement(u_hat, v)
-    loss = (v * v).sum() + (F.conv_transpose2d(F.conv2d(x, k, None, 2, 1), k, None, 2, 1) ** 2).sum()
-    grads = tc.grad(loss, [u, w, x, k], create_graph=True)
-    second = tc.grad(sum((g * g).sum() for g in grads), [u, w, x, k])
-    return [loss.numpy()] + [g.numpy() for g in grads + second]
+    # batch >= 8 for the image: the batch-last columns
+    return routing_and_conv_gradients((3, 11, 4), (11, 3, 8, 4), 0.3, (9, 2, 7, 7), (3, 2, 3, 3))
 
 
 def test_routing_and_convolution_gradients_equal_the_numpy_path():
