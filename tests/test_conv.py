@@ -58,20 +58,22 @@ def naive_patches(x, kernel, stride, padding):
     return out
 
 
-def naive_im2col(x, kernel, stride, padding):
-    """The column matrix in the engine's documented order: (oy, ox, n) columns when batch_last, else (n, oy, ox)."""
+def naive_im2col(x, kernel, stride, padding, columns_batch_last=None):
+    """The column matrix in the engine's documented order: (oy, ox, n) columns when batch_last, else (n, oy, ox).
+
+    ``columns_batch_last``: that order (default: the engine's choice for this batch on NumPy)."""
     p = naive_patches(x, kernel, stride, padding)
-    if batch_last(x.shape[0]):
+    if batch_last(x.shape[0]) if columns_batch_last is None else columns_batch_last:
         p = p.transpose(0, 1, 2, 4, 5, 3)
     return p.reshape(p.shape[0] * p.shape[1] * p.shape[2], -1)
 
 
-def naive_col2im(col, image_shape, kernel, stride, padding):
+def naive_col2im(col, image_shape, kernel, stride, padding, columns_batch_last=None):
     """Adds every column entry back into its pixel, by loops (the adjoint of naive_im2col)."""
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     n, c, h, wd = image_shape
     oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
-    if batch_last(n):
+    if batch_last(n) if columns_batch_last is None else columns_batch_last:
         p = col.reshape(c, kh, kw, oh, ow, n).transpose(0, 1, 2, 5, 3, 4)
     else:
         p = col.reshape(c, kh, kw, n, oh, ow)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from test_conv import ASYMMETRIC, BATCHES, conv_case, naive_patches
+from test_conv import ASYMMETRIC, BATCHES, conv_case, naive_col2im, naive_im2col
 from tinygrad_caps.kernels import conv
 from tinygrad_caps.kernels.emulation import Emulator
 
@@ -19,34 +19,12 @@ def emulator():
     return Emulator()
 
 
-def naive_columns(x, kernel, stride, padding, batch_last):
-    p = naive_patches(x, kernel, stride, padding)  # (C, kh, kw, N, OH, OW)
-    if batch_last:
-        p = p.transpose(0, 1, 2, 4, 5, 3)
-    return p.reshape(p.shape[0] * p.shape[1] * p.shape[2], -1)
-
-
-def naive_image(col, image_shape, kernel, stride, padding, batch_last):
-    """col2im by loops in float64: every column entry added back into its pixel."""
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-    n, c, h, w = image_shape
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    p = col.reshape(c, kh, kw, oh, ow, n).transpose(0, 1, 2, 5, 3, 4) if batch_last else col.reshape(c, kh, kw, n, oh, ow)
-    out = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
-    for ky in range(kh):
-        for kx in range(kw):
-            for oy in range(oh):
-                for ox in range(ow):
-                    out[:, :, oy * sh + ky, ox * sw + kx] += p[:, ky, kx, :, oy, ox].T
-    return out[:, :, ph:ph + h, pw:pw + w]
-
-
 def check_kernels(emulator, x, kernel, stride, padding, batch_last):
     col = conv.im2col(x, kernel, stride, padding, batch_last, emulator, threads=32)
-    np.testing.assert_array_equal(col, naive_columns(x, kernel, stride, padding, batch_last))
+    np.testing.assert_array_equal(col, naive_im2col(x, kernel, stride, padding, batch_last))
     r = np.random.default_rng(x.shape[0]).standard_normal(col.shape)
     back = conv.col2im(r, x.shape, kernel, stride, padding, batch_last, emulator, threads=32)
-    np.testing.assert_allclose(back, naive_image(r, x.shape, kernel, stride, padding, batch_last), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(back, naive_col2im(r, x.shape, kernel, stride, padding, batch_last), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("batch_last", [False, True])
