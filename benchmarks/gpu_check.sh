@@ -1,29 +1,60 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one run that cannot pass vacuously (budget: 8 minutes on an
-# H100, CuPy's first compile included). Fails when there is no GPU, when any GPU test fails or is
-# skipped, when compute-sanitizer (memcheck, racecheck) reports anything in the kernel self-test,
-# or when a benchmark fails. Logs and one gpu_summary.json go to OUTDIR.
+# H100, CuPy's first compile included). Exits non-zero when there is no GPU, when any GPU test
+# fails or is skipped, when compute-sanitizer (memcheck, racecheck) is missing or reports anything
+# in the kernel self-test, when a benchmark fails, or when the run goes over its budget.
 #   bash benchmarks/gpu_check.sh [OUTDIR]      (default $OUT if set, else /tmp/tinygrad-caps-gpu-check)
+# GPU time is scarce: after the GPU is found, a failing step is recorded and the next one runs,
+# so one run gathers every figure and every failure; each step's time limit is cut to what is
+# left of the budget. Logs, failed_steps.txt and one gpu_summary.json go to OUTDIR.
 # The GPU machine has no network: the project is installed without dependencies from its image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-${OUT:-/tmp/tinygrad-caps-gpu-check}}
 out=$(mkdir -p "$target" && cd "$target" && pwd)
 py=${PYTHON:-python3}
+budget=${GPU_CHECK_BUDGET_S:-480}
 started=$(date +%s)
+deadline=$((started + budget - 15))  # 15 s kept for the summary
 export PYTHONUNBUFFERED=1
+: > "$out/failed_steps.txt"
 
-# run NAME SECONDS COMMAND...: the command's output goes to the terminal and to OUTDIR/NAME.log
-run() {
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (at most ${limit}s): $*"
-    timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
+# failed WHY: records a failed step (subshells too, as the record is a file)
+failed() {
+    echo "== FAILED: $1"
+    echo "$1" >> "$out/failed_steps.txt"
 }
 
-run install 60 "$py" -m pip install --no-deps --no-build-isolation -e .
+# run NAME SECONDS COMMAND...: the command's output goes to the terminal and to OUTDIR/NAME.log.
+# A failure (or a timeout) is recorded in failed_steps.txt and returns 1; the script goes on.
+run() {
+    local name=$1 limit=$2 status=0
+    shift 2
+    local left=$((deadline - $(date +%s)))
+    if [ "$left" -lt "$limit" ]; then
+        limit=$left
+    fi
+    if [ "$limit" -le 0 ]; then
+        echo "not run: the ${budget}s budget is spent" > "$out/$name.log"
+        failed "$name (not run: the budget is spent)"
+        return 1
+    fi
+    echo "== $name (at most ${limit}s): $*"
+    timeout "$limit" "$@" 2>&1 | tee "$out/$name.log" || status=$?
+    if [ "$status" -ne 0 ]; then
+        if [ "$status" -eq 124 ]; then
+            failed "$name (timed out after ${limit}s)"
+        else
+            failed "$name (exit $status)"
+        fi
+        return 1
+    fi
+}
 
-run versions 60 "$py" - "$out/versions.json" <<'PY'
+# Without the package or a GPU nothing else can run: these two end the check at once.
+run install 60 "$py" -m pip install --no-deps --no-build-isolation -e . || exit 2
+
+run versions 30 "$py" - "$out/versions.json" <<'PY' || exit 3
 import json, platform, sys
 import tinygrad_caps as tc
 from tinygrad_caps.backend import _gpu_status
@@ -57,9 +88,13 @@ if [ "$gpus" -lt 2 ]; then
     marker="gpu and not multigpu"  # the two-GPU tests are left out (not skipped) on one GPU
 fi
 
+# Every kernel at CapsNet's sizes against NumPy first: the quickest sign that the kernels work.
+run selftest 60 "$py" -m tinygrad_caps.kernels.selftest || true
+
 # The GPU tests: under TINYGRAD_CAPS_REQUIRE_GPU=1 a gpu test that cannot use the GPU fails.
-run gpu-tests 150 env TINYGRAD_CAPS_REQUIRE_GPU=1 "$py" -m pytest -q -m "$marker" -rs tests --junitxml "$out/gpu-tests.xml"
-"$py" - "$out/gpu-tests.xml" <<'PY'
+run gpu-tests 150 env TINYGRAD_CAPS_REQUIRE_GPU=1 "$py" -m pytest -q -p no:cacheprovider -m "$marker" -rs tests \
+    --junitxml "$out/gpu-tests.xml" || true
+run gpu-tests-counted 15 "$py" - "$out/gpu-tests.xml" <<'PY' || true
 import sys, xml.etree.ElementTree as ET
 suites = ET.parse(sys.argv[1]).getroot()
 suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
@@ -69,42 +104,57 @@ if counts["tests"] == 0 or counts["skipped"] or counts["failures"] or counts["er
     sys.exit("the GPU tests ran nothing, skipped some, or failed")
 PY
 
-# compute-sanitizer: on PATH, in a CUDA toolkit, or from the nvidia-cuda-sanitizer-api wheel
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+(cd benchmarks && run routing-speed 75 "$py" routing_speed.py --impl cupy raw fused torch --repeat 10 --json) || true
+(cd benchmarks && run train-step-cuda 60 "$py" train_step.py --device cuda --batch 32 100 --repeat 5 --json) || true
+
+# compute-sanitizer: $COMPUTE_SANITIZER, on PATH, in a CUDA toolkit, or from the nvidia-cuda-sanitizer-api wheel
+sanitizer=${COMPUTE_SANITIZER:-}
+[ -n "$sanitizer" ] || sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
     /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
 if [ -z "$sanitizer" ]; then
-    sanitizer=$("$py" -c 'import glob, site; print(next(iter(sorted(p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/cu*/compute-sanitizer/compute-sanitizer") + glob.glob(d + "/nvidia/cuda_sanitizer_api/compute-sanitizer/compute-sanitizer"))), ""))')
+    sanitizer=$("$py" -c 'import glob, site; print(next(iter(sorted(p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/cu*/compute-sanitizer/compute-sanitizer") + glob.glob(d + "/nvidia/cuda_sanitizer_api/compute-sanitizer/compute-sanitizer"))), ""))' || true)
 fi
-if [ -z "$sanitizer" ]; then
-    echo "compute-sanitizer not found (PATH, /usr/local/cuda*, the nvidia-cuda-sanitizer-api wheel)"
-    exit 4
-fi
-echo "compute-sanitizer: $sanitizer"
 for tool in memcheck racecheck; do
-    run "sanitizer-$tool" 75 "$sanitizer" --tool "$tool" --error-exitcode 9 --print-limit 20 \
-        "$py" -m tinygrad_caps.kernels.selftest --small --no-pool
+    if [ -z "$sanitizer" ]; then
+        echo "compute-sanitizer not found (PATH, /usr/local/cuda*, the nvidia-cuda-sanitizer-api wheel)" \
+            | tee "$out/sanitizer-$tool.log"
+        failed "sanitizer-$tool (compute-sanitizer not found)"
+        continue
+    fi
+    run "sanitizer-$tool" 60 "$sanitizer" --tool "$tool" --error-exitcode 9 --print-limit 20 \
+        "$py" -m tinygrad_caps.kernels.selftest --small --no-pool || true
 done
 
-run selftest 60 "$py" -m tinygrad_caps.kernels.selftest
-(cd benchmarks && run routing-speed 75 "$py" routing_speed.py --impl cupy raw fused torch --repeat 10 --json)
-(cd benchmarks && run train-step-cuda 60 "$py" train_step.py --device cuda --batch 32 100 --repeat 5 --json)
-
 elapsed=$(( $(date +%s) - started ))
-"$py" - "$out" "$elapsed" <<'PY'
+"$py" - "$out" "$elapsed" "$budget" <<'PY'
 import datetime, json, pathlib, sys
-out, elapsed = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+out, elapsed, budget = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+def last_line(name):
+    path = out / f"{name}.log"
+    lines = path.read_text().strip().splitlines() if path.exists() else []
+    return lines[-1] if lines else None
+
 def json_tail(name):
-    text = (out / f"{name}.log").read_text()
-    return json.loads(text[0 if text.startswith("{") else text.index("\n{") + 1:])
+    """The JSON object a benchmark prints last, or why there is none."""
+    path = out / f"{name}.log"
+    text = path.read_text() if path.exists() else ""
+    try:
+        return json.loads(text[text.rfind("\n{") + 1:])  # the object starts a line; nothing follows it
+    except ValueError as exc:
+        return {"error": f"unreadable JSON output: {exc}"}
+
+failed = [line for line in (out / "failed_steps.txt").read_text().splitlines() if line]
+if elapsed > budget:
+    failed.append(f"the whole check took {elapsed} s, over its {budget} s budget")
 summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "seconds": elapsed, "versions": json.loads((out / "versions.json").read_text()),
-           "gpu_tests": (out / "gpu-tests.log").read_text().strip().splitlines()[-1],
-           "sanitizers": {tool: (out / f"sanitizer-{tool}.log").read_text().strip().splitlines()[-1]
-                          for tool in ("memcheck", "racecheck")},
-           "selftest": (out / "selftest.log").read_text().strip().splitlines()[-1],
+           "seconds": elapsed, "passed": not failed, "failed_steps": failed,
+           "versions": json.loads((out / "versions.json").read_text()),
+           "selftest": last_line("selftest"), "gpu_tests": last_line("gpu-tests"),
+           "sanitizers": {tool: last_line(f"sanitizer-{tool}") for tool in ("memcheck", "racecheck")},
            "routing_speed": json_tail("routing-speed"), "train_step_cuda": json_tail("train-step-cuda")}
 (out / "gpu_summary.json").write_text(json.dumps(summary, indent=2))
+if failed:
+    sys.exit(f"gpu_check FAILED after {elapsed} s: " + "; ".join(failed) + f" (summary in {out / 'gpu_summary.json'})")
 print(f"gpu_check passed in {elapsed} s; summary in {out / 'gpu_summary.json'}")
-if elapsed > 480:
-    sys.exit(f"gpu_check took {elapsed} s, over its 8-minute budget")
 PY
