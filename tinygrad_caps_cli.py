@@ -22,12 +22,38 @@ def tune_blas_threads() -> None:
             os.environ.setdefault(name, value)
 
 
+class StartUpInterrupt:
+    """The SIGINT handler during start-up: raises KeyboardInterrupt, as Python's own does, and
+    remembers the signal in ``received``.
+
+    Code run while libraries are imported can swallow that KeyboardInterrupt (C code that clears
+    whatever error it meets, such as an extension module's initialisation), and training would
+    then run to its end as if no Ctrl-C had come. What was received is checked after the imports,
+    and again by the training loop's own handler when it takes over (``models.run_state``).
+    """
+
+    def __init__(self):
+        self.received = None
+
+    def __call__(self, signum, frame):
+        self.received = signum
+        raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     """Run the CLI with ``argv`` (default: the command line); returns the exit status."""
     tune_blas_threads()
+    start_up = StartUpInterrupt()
+    signal.signal(signal.SIGINT, start_up)
     try:
-        from tinygrad_caps.models.cli import main as cli_main
-
+        try:
+            from tinygrad_caps.models.cli import main as cli_main
+        except Exception:
+            if start_up.received is None:
+                raise
+            # else the Ctrl-C broke an import on its way (NumPy reports it as an ImportError)
+        if start_up.received is not None:  # a Ctrl-C during the imports, swallowed or not
+            raise KeyboardInterrupt
         return cli_main(argv)
     except KeyboardInterrupt:
         return 128 + signal.SIGINT

@@ -4,7 +4,8 @@ Signals. The first SIGINT (Ctrl-C) or SIGTERM asks the run to stop at the end of
 the run then saves ``last.npz`` and exits with 128 + the signal number (130, 143). A second one
 interrupts at once, except inside a critical section (an optimizer step with its counters, or a
 checkpoint commit), where it is deferred to the section's end, so no checkpoint can ever hold a
-step applied to the weights but not counted (or the reverse).
+step applied to the weights but not counted (or the reverse). A Ctrl-C during start-up that the
+launcher's handler recorded (its ``received``) stops the run before its first batch.
 
 Metrics. An epoch's line is appended to ``metrics.jsonl`` (and fsynced) before the checkpoint that
 records that epoch is written; the checkpoint is the single source of truth. On resume, every line
@@ -54,6 +55,12 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
+            # the launcher's start-up handler remembers a Ctrl-C whose KeyboardInterrupt some
+            # import swallowed (tinygrad_caps_cli.StartUpInterrupt): the run stops before it starts
+            early = getattr(self._previous[signal.SIGINT], "received", None)
+            if early is not None:
+                self.__exit__(None, None, None)
+                raise Interrupted(early)
         return self
 
     def __exit__(self, *exc_info):

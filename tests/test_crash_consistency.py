@@ -123,3 +123,47 @@ def test_a_ctrl_c_at_any_moment_of_start_up_exits_130_without_a_traceback(data_d
         stderr = process.stderr.read().decode()
         assert process.wait(timeout=120) == 130, stderr
     assert "Traceback" not in stderr
+
+
+# A Ctrl-C whose KeyboardInterrupt library code swallows (an extension module's initialisation that
+# clears any error, as seen under load during NumPy's import) must still stop the run, both during
+# the imports and just before the training loop's own handlers take over.
+SWALLOWED_CTRL_C = r'''
+import os, signal, sys, time
+import tinygrad_caps_cli
+
+def swallowed_ctrl_c():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs here
+    except KeyboardInterrupt:
+        pass  # what the library code does
+
+if sys.argv[1] == "imports":
+    install = signal.signal
+    def install_then_swallow(signum, handler):
+        previous = install(signum, handler)
+        if isinstance(handler, tinygrad_caps_cli.StartUpInterrupt):
+            swallowed_ctrl_c()
+        return previous
+    signal.signal = install_then_swallow
+else:
+    from tinygrad_caps.models.run_state import StopSignals
+    enter = StopSignals.__enter__
+    def swallow_then_enter(self):
+        swallowed_ctrl_c()
+        return enter(self)
+    StopSignals.__enter__ = swallow_then_enter
+sys.exit(tinygrad_caps_cli.main(sys.argv[2:]))
+'''
+
+
+@pytest.mark.parametrize("moment", ["imports", "training loop"])
+def test_a_swallowed_ctrl_c_during_start_up_still_stops_the_run(data_dir, tmp_path, moment):
+    out = tmp_path / "run"
+    env = dict(os.environ, TINYGRAD_CAPS_DEVICE="cpu")
+    done = subprocess.run([sys.executable, "-c", SWALLOWED_CTRL_C, moment, *args(data_dir, out)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip()
