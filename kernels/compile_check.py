@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import shutil
 import subprocess
 import sys
@@ -128,6 +129,22 @@ def compile_text_with_nvrtc(text: str, name: str, arch: str, compile_pass: str =
         return nvrtc.getCUBIN(program)
     finally:
         nvrtc.destroyProgram(program)
+
+
+def register_counts(name: str, arch: str) -> dict:
+    """Registers per thread of each kernel in ``kernels/<name>`` for ``sm_<arch>``, as ptxas reports
+    them (CuPy's options plus ``--ptxas-options=-v``): {kernel name: registers}."""
+    nvrtc = nvrtc_bindings()
+    program = nvrtc.createProgram(source_text(name), name, [], [])
+    try:
+        nvrtc.compileProgram(program, nvrtc_options(arch) + ["--ptxas-options=-v"])
+        log = nvrtc.getProgramLog(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    counts = dict(re.findall(r"Function properties for (\w+)\n.*?Used (\d+) registers", log, re.S))
+    if not counts:
+        raise CompileError(f"no register counts in ptxas's report for kernels/{name} (sm_{arch}):\n{log}")
+    return {kernel: int(registers) for kernel, registers in counts.items()}
 
 
 def nvcc_path() -> str | None:

@@ -293,6 +293,7 @@ inline void __syncwarp(unsigned mask = 0xffffffffu)
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)  // a register budget for the GPU compiler; nothing to emulate
 #define __align__(n) alignas(n)
 #define __shared__ static
 #define __syncthreads() emu::syncthreads()

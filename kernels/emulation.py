@@ -45,7 +45,7 @@ SANITIZER_RUNTIME = {"thread": "libtsan.so", "address": "libasan.so"}
 # thread-locals use static TLS (see sanitizer_environment).
 COMMON_FLAGS = ["-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-Wall", "-Wno-unused-function",
                 "-fno-gnu-unique", "-fvisibility=hidden", "-ftls-model=initial-exec", "-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
-_KERNEL_SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
+_KERNEL_SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)')
 
 
 def sanitizer_environment(kind: str) -> dict:

@@ -24,6 +24,10 @@ __device__ __forceinline__ void* dynamic_shared_memory()
 #endif
 
 #define AGREEMENT_ROWS_PER_WARP 4
+// The fused forward's block size (routing.py: FORWARD_THREADS). __launch_bounds__ holds the
+// compiler to the 64 registers per thread that 1024 threads may use, so no NVRTC version can
+// build a kernel that then fails to launch for lack of registers.
+#define ROUTING_FORWARD_THREADS 1024
 
 namespace routing_kernels {
 
@@ -246,12 +250,12 @@ extern "C" __global__ void routing_agreement_f64(const double* __restrict__ u_ha
     routing_kernels::routing_agreement_impl<double>(u_hat, v, a, B, I, J, D, vec);
 }
 
-extern "C" __global__ void routing_forward_f32(const float* __restrict__ u_hat, float* __restrict__ v, float* __restrict__ c, float* __restrict__ logits, int B, int I, int J, int D, int iterations, float eps)
+extern "C" __global__ void __launch_bounds__(ROUTING_FORWARD_THREADS) routing_forward_f32(const float* __restrict__ u_hat, float* __restrict__ v, float* __restrict__ c, float* __restrict__ logits, int B, int I, int J, int D, int iterations, float eps)
 {
     routing_kernels::routing_forward_impl<float>(u_hat, v, c, logits, B, I, J, D, iterations, eps);
 }
 
-extern "C" __global__ void routing_forward_f64(const double* __restrict__ u_hat, double* __restrict__ v, double* __restrict__ c, double* __restrict__ logits, int B, int I, int J, int D, int iterations, double eps)
+extern "C" __global__ void __launch_bounds__(ROUTING_FORWARD_THREADS) routing_forward_f64(const double* __restrict__ u_hat, double* __restrict__ v, double* __restrict__ c, double* __restrict__ logits, int B, int I, int J, int D, int iterations, double eps)
 {
     routing_kernels::routing_forward_impl<double>(u_hat, v, c, logits, B, I, J, D, iterations, eps);
 }

@@ -13,6 +13,8 @@ AGREEMENT_ROWS_PER_WARP = 4
 # The weighted sum splits I into chunks until about this many tiles (blocks) exist: enough to
 # fill an H100's 132 SMs several times over. Depends on B and I only, so results do too.
 WEIGHTED_SUM_TILES = 2048
+# Must match ROUTING_FORWARD_THREADS in routing.cu: the fused forward's block size and its
+# __launch_bounds__, so at most this many threads per block.
 FORWARD_THREADS = 1024
 
 
@@ -105,6 +107,9 @@ def routing_forward(u_hat, iterations: int, eps: float = 1e-8, runner=None, thre
     c = empty_like_output(xp, (b, i, j), u_hat.dtype, like=u_hat)
     logits = empty_like_output(xp, (b, i, j), u_hat.dtype, like=u_hat)
     runner = runner or default_runner([u_hat])
+    if not 1 <= threads <= FORWARD_THREADS:
+        raise ValueError(f"routing_forward: threads must be from 1 to {FORWARD_THREADS} (the kernel's launch "
+                         f"bounds), got {threads}")
     rows = max(1, threads // (j * d))
     shared = (1 + rows) * j * d * u_hat.itemsize
     if shared > MAX_SHARED_BYTES:

@@ -73,3 +73,29 @@ def test_nvrtc_check_rejects_errors_warnings_and_too_much_shared_memory():
         compile_check.compile_text_with_nvrtc(
             'extern "C" __global__ void k(float* x) { __shared__ float big[100000]; big[threadIdx.x] = 1.0f;'
             ' __syncthreads(); x[threadIdx.x] = big[99999 - threadIdx.x]; }', "big.cu", "90")
+
+
+@pytest.mark.parametrize("arch", compile_check.ARCHITECTURES)
+@pytest.mark.parametrize("name", cuda_sources())
+def test_every_kernel_launches_with_up_to_1024_threads_per_block(name, arch):
+    """A block of 1024 threads may use at most 64 registers each (65,536 per block); a kernel over
+    that fails every launch of that size with cudaErrorLaunchOutOfResources, on the GPU only."""
+    nvrtc_or_skip()
+    from tinygrad_caps.kernels.launch import MAX_THREADS_PER_BLOCK
+
+    counts = compile_check.register_counts(name, arch)
+    assert all(kernel.endswith(("_f32", "_f64")) for kernel in counts)
+    over = {kernel: n for kernel, n in counts.items() if n * MAX_THREADS_PER_BLOCK > 65536}
+    assert not over, f"registers per thread over 64: {over}"
+
+
+def test_launcher_constants_match_the_kernel_sources():
+    import re
+
+    from tinygrad_caps.kernels import routing
+    from tinygrad_caps.kernels.launch import source_text
+
+    defined = dict(re.findall(r"#define (\w+) (\d+)", source_text("routing.cu")))
+    assert int(defined["AGREEMENT_ROWS_PER_WARP"]) == routing.AGREEMENT_ROWS_PER_WARP
+    assert int(defined["ROUTING_FORWARD_THREADS"]) == routing.FORWARD_THREADS
+    assert "__launch_bounds__(ROUTING_FORWARD_THREADS) routing_forward_f32" in source_text("routing.cu")

@@ -12,7 +12,7 @@ import pytest
 
 from tinygrad_caps.kernels import capsule, conv, routing
 from tinygrad_caps.kernels.emulation import Emulator, reference_col2im, reference_im2col, sanitizer_environment
-from tinygrad_caps.kernels.launch import KernelLaunch
+from tinygrad_caps.kernels.launch import KernelLaunch, cuda_sources, source_text
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
 
@@ -86,6 +86,22 @@ def test_fused_routing_forward_equals_numpy(emulator, shape, dtype):
         np.testing.assert_allclose(v, want_v, **tolerance(dtype))
         np.testing.assert_allclose(c, want_c, **tolerance(dtype))
         np.testing.assert_allclose(logits, want_logits, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("name", cuda_sources())
+def test_the_emulation_finds_every_kernel_of_a_source(name):
+    from tinygrad_caps.kernels.emulation import kernel_signatures
+
+    text = source_text(name)
+    found = kernel_signatures(text)
+    assert len(found) == text.count('extern "C" __global__') > 0
+    assert all(types and all(types) for types in found.values())
+
+
+def test_fused_routing_forward_refuses_blocks_over_its_launch_bounds(emulator):
+    u_hat = np.zeros((1, 2, 2, 2))
+    with pytest.raises(ValueError, match="routing_forward: threads must be from 1 to 1024"):
+        routing.routing_forward(u_hat, 3, 1e-8, emulator, threads=2048)
 
 
 def test_weighted_sum_is_deterministic_and_splits_i_into_chunks():
