@@ -73,6 +73,16 @@ info = {"gpu": props["name"].decode(), "gpus": cupy.cuda.runtime.getDeviceCount(
         "nvrtc": ".".join(map(str, cupy.cuda.nvrtc.getVersion())), "cupy": cupy.__version__,
         "python": platform.python_version(), "tinygrad_caps": tc.__version__ if hasattr(tc, "__version__") else None}
 try:
+    from cupy.cuda import nccl
+    info["nccl"] = nccl.get_version() if nccl.available else None  # e.g. 22707 for 2.27.7
+except Exception as exc:  # noqa: BLE001  (reported, not fatal: only the NCCL tests need it)
+    info["nccl"] = f"unavailable ({exc})"
+try:
+    import mpi4py
+    info["mpi4py"] = mpi4py.__version__
+except ImportError:
+    info["mpi4py"] = None
+try:
     import torch
     info.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None)
@@ -91,9 +101,12 @@ fi
 # Every kernel at CapsNet's sizes against NumPy first: the quickest sign that the kernels work.
 run selftest 60 "$py" -m tinygrad_caps.kernels.selftest || true
 
-# The GPU tests: under TINYGRAD_CAPS_REQUIRE_GPU=1 a gpu test that cannot use the GPU fails.
-run gpu-tests 150 env TINYGRAD_CAPS_REQUIRE_GPU=1 "$py" -m pytest -q -p no:cacheprovider -m "$marker" -rs tests \
-    --junitxml "$out/gpu-tests.xml" || true
+# The GPU tests: under TINYGRAD_CAPS_REQUIRE_GPU=1 a gpu test that cannot use the GPU fails. Only
+# the files that hold gpu tests are collected: another file skipped as a whole (a module-level
+# importorskip of an optional package) would count as a skip in the report.
+gpu_test_files=$(grep -l "pytest.mark.gpu" tests/test_*.py)
+run gpu-tests 150 env TINYGRAD_CAPS_REQUIRE_GPU=1 "$py" -m pytest -q -p no:cacheprovider -m "$marker" -rs \
+    $gpu_test_files --junitxml "$out/gpu-tests.xml" || true
 run gpu-tests-counted 15 "$py" - "$out/gpu-tests.xml" <<'PY' || true
 import sys, xml.etree.ElementTree as ET
 suites = ET.parse(sys.argv[1]).getroot()
