@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
-    default_runner, empty_like_output, grid_for, i32, prepare, suffix, vector_width
+    default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
 
 GRAD_THREADS = 256  # capsule_grad's default: 8 warps, so 8 rows of g staged per chunk
 
@@ -21,12 +21,24 @@ def _sizes(op, u_shape, w_shape):
     return b, i, j, d, k
 
 
-def _shared_bytes(op, count, dtype):
-    size = count * np.dtype(dtype).itemsize
-    if size > MAX_SHARED_BYTES:
-        raise ValueError(f"{op}: needs {size} bytes of shared memory for W[i] (J*D*K = {count}); "
-                         f"the kernels allow {MAX_SHARED_BYTES}")
-    return size
+def predict_shared_values(w_shape) -> int:
+    """Shared-memory values of one capsule_predict block: W[i], J*D*K of them."""
+    _, j, d, k = w_shape
+    return j * d * k
+
+
+def grad_shared_values(w_shape, threads: int = GRAD_THREADS) -> int:
+    """Shared-memory values of one capsule_grad block: W[i] and its gradient, and per warp one
+    staged row of g (J*D) and of grad_u (K)."""
+    _, j, d, k = w_shape
+    return 2 * j * d * k + threads // 32 * (j * d + k)
+
+
+def _shared_bytes(op, values, dtype):
+    if not fits_shared_memory(values, dtype):
+        raise ValueError(f"{op}: needs {values * np.dtype(dtype).itemsize} bytes of shared memory ({values} values "
+                         f"of {np.dtype(dtype).name}); a block may use {MAX_SHARED_BYTES}")
+    return values * np.dtype(dtype).itemsize
 
 
 def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS):
@@ -40,7 +52,7 @@ def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS):
         return out.reshape(b, i, j, d)
     runner = runner or default_runner([u])
     vec = int((j * d) % vector_width(u.dtype) == 0 and aligned(out))
-    shared = _shared_bytes("capsule_predict", j * d * k, u.dtype)
+    shared = _shared_bytes("capsule_predict", predict_shared_values(W.shape), u.dtype)
     runner(KernelLaunch("capsule.cu", f"capsule_predict_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
                         (u, W, out) + i32(b, i, j, d, k, vec), outputs=(2,), shared_mem=shared))
     return out
@@ -64,8 +76,7 @@ def capsule_grad(g, u, W, runner=None, threads: int = GRAD_THREADS):
     if threads % 32:
         raise ValueError(f"capsule_grad: threads must be a multiple of 32 (whole warps), got {threads}")
     runner = runner or default_runner([g])
-    warps = threads // 32
-    shared = _shared_bytes("capsule_grad", 2 * j * d * k + warps * (j * d + k), u.dtype)
+    shared = _shared_bytes("capsule_grad", grad_shared_values(W.shape, threads), u.dtype)
     runner(KernelLaunch("capsule.cu", f"capsule_grad_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
                         (g, u, W, grad_u, grad_w) + i32(b, i, j, d, k), outputs=(3, 4), shared_mem=shared))
     return grad_u, grad_w

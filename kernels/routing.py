@@ -6,7 +6,7 @@ Shapes: c and a (B, I, J), u_hat (B, I, J, D), s and v (B, J, D).
 from __future__ import annotations
 
 from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
-    default_runner, empty_like_output, grid_for, i32, prepare, suffix, vector_width
+    default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
 
 # Must match AGREEMENT_ROWS_PER_WARP in routing.cu.
 AGREEMENT_ROWS_PER_WARP = 4
@@ -90,6 +90,18 @@ def routing_agreement(u_hat, v, runner=None, threads: int = DEFAULT_THREADS):
     return a
 
 
+def forward_shared_values(j: int, d: int, threads: int = FORWARD_THREADS) -> int:
+    """Shared-memory values of one routing_forward block: v[b] (J*D) and the J*D partial sums of
+    each of its thread rows."""
+    return (1 + max(1, threads // (j * d))) * j * d
+
+
+def forward_fits(u_hat_shape, dtype, threads: int = FORWARD_THREADS) -> bool:
+    """Whether routing_forward can run for u_hat of this shape and dtype (its block's shared memory)."""
+    _, _, j, d = u_hat_shape
+    return j * d > 0 and fits_shared_memory(forward_shared_values(j, d, threads), dtype)
+
+
 def routing_forward(u_hat, iterations: int, eps: float = 1e-8, runner=None, threads: int = FORWARD_THREADS):
     """Dynamic routing without a gradient, all iterations in one launch (one block per example).
 
@@ -110,11 +122,10 @@ def routing_forward(u_hat, iterations: int, eps: float = 1e-8, runner=None, thre
     if not 1 <= threads <= FORWARD_THREADS:
         raise ValueError(f"routing_forward: threads must be from 1 to {FORWARD_THREADS} (the kernel's launch "
                          f"bounds), got {threads}")
-    rows = max(1, threads // (j * d))
-    shared = (1 + rows) * j * d * u_hat.itemsize
-    if shared > MAX_SHARED_BYTES:
+    if not forward_fits(u_hat.shape, u_hat.dtype, threads):
         raise ValueError(f"routing_forward: J*D = {j * d} values per example do not fit shared memory with "
                          f"{threads} threads")
+    shared = forward_shared_values(j, d, threads) * u_hat.itemsize
     eps_scalar = u_hat.dtype.type(eps)
     runner(KernelLaunch("routing.cu", f"routing_forward_{suffix(u_hat.dtype)}", (min(b, block_limit(runner)),),
                         (threads,), (u_hat, v, c, logits) + i32(b, i, j, d, iterations) + (eps_scalar,),

@@ -51,6 +51,21 @@ def test_routing_contraction_gradients_on_the_kernel_path(b, i, j, d, seed):
     assert {"routing_weighted_sum_partial", "routing_weighted_sum_finish", "routing_agreement"} <= used
 
 
+@pytest.mark.parametrize("w_shape, kernels_expected, kernels_not_expected", [
+    # float64: 6,144 values fit a block's 48 KiB. W[i] fits, but not with its gradient and the
+    # staged rows: the adjoints run as two kernels
+    ((2, 4, 16, 48), {"capsule_predict", "capsule_grad_u", "capsule_grad_w"}, {"capsule_grad"}),
+    # W[i] alone does not fit (6,272 values): the prediction takes the NumPy path
+    ((2, 8, 28, 28), {"capsule_grad_u", "capsule_grad_w"}, {"capsule_predict", "capsule_grad"}),
+])
+def test_capsule_layers_too_large_for_shared_memory_take_another_path(w_shape, kernels_expected,
+                                                                      kernels_not_expected):
+    rng = np.random.default_rng(3)
+    u, w = rng.standard_normal((2, w_shape[0], w_shape[3])), rng.standard_normal(w_shape) * 0.1
+    _, used = kernels_used(lambda: check_grad(F.capsule_predict, [u, w], max_elementwise=0, directions=2))
+    assert kernels_expected <= used and not kernels_not_expected & used
+
+
 def test_second_derivatives_on_the_kernel_path():
     rng = np.random.default_rng(1)
     u, w = rng.standard_normal((2, 3, 2)), rng.standard_normal((3, 2, 4, 2))
@@ -93,3 +108,15 @@ def test_fused_routing_serves_no_grad_evaluation_only():
     with pytest.raises(RuntimeError, match="no kernel path"):
         with tc.no_grad():
             F.routing_forward(u_hat, 3)  # NumPy arrays outside the emulation context
+
+
+def test_output_capsules_too_large_for_the_fused_kernel_route_op_by_op():
+    from models.routing import dynamic_routing
+
+    # float64, J*D = 3,100: v and one row of partial sums (6,200 values) overflow a block's 48 KiB
+    u_hat = tc.tensor(np.random.default_rng(4).standard_normal((2, 3, 2, 1550)) * 0.01)
+    reference = dynamic_routing(u_hat, iterations=3).numpy()
+    with tc.no_grad():
+        v, used = kernels_used(lambda: dynamic_routing(u_hat, iterations=3))
+    assert "routing_forward" not in used and "routing_agreement" in used
+    np.testing.assert_allclose(v.numpy(), reference, rtol=1e-12, atol=1e-14)

@@ -35,7 +35,10 @@ def _runner(array):
 def predict_array(u, W):
     """u (B,I,K), W (I,J,D,K) -> u_hat (B,I,J,D), C-contiguous."""
     runner = _runner(u)
-    if runner is not None:
+    # W[i] must fit a block's shared memory (up to 12,288 float32 values); larger layers take the
+    # array formulation below
+    if runner is not None and capsule_kernels.fits_shared_memory(capsule_kernels.predict_shared_values(W.shape),
+                                                                 u.dtype):
         return capsule_kernels.capsule_predict(u, W, runner=runner)
     xp = array_module(u)
     if xp is not np:
@@ -167,7 +170,8 @@ class CapsulePredict(Bilinear):
     def backward(self, g):
         u, W = self.inputs
         runner = _runner(g.data)
-        if all(self.needs_grad) and runner is not None:
+        one_pass_fits = capsule_kernels.fits_shared_memory(capsule_kernels.grad_shared_values(W.shape), g.dtype)
+        if all(self.needs_grad) and runner is not None and one_pass_fits:
             # One kernel computes both adjoints in one pass over g; each still enters the graph
             # as its own op, so higher derivatives are derived exactly as below.
             gu, gw = capsule_kernels.capsule_grad(g.data, u.data, W.data, runner=runner)
@@ -274,11 +278,13 @@ def routing_agreement(u_hat, v) -> Tensor:
 
 
 def fused_routing_available(u_hat) -> bool:
-    """Whether ``routing_forward`` can run for this u_hat: a kernel path exists for its array and no
-    gradient would be recorded (grad mode off, or u_hat does not require a gradient)."""
+    """Whether ``routing_forward`` can run for this u_hat: a kernel path exists for its array, its
+    output capsules fit the kernel's shared memory, and no gradient would be recorded (grad mode
+    off, or u_hat does not require a gradient)."""
     u_hat = as_tensor(u_hat)
     recording = is_grad_enabled() and u_hat.requires_grad
-    return not recording and u_hat.ndim == 4 and _runner(u_hat.data) is not None
+    return (not recording and u_hat.ndim == 4 and _runner(u_hat.data) is not None
+            and routing_kernels.forward_fits(u_hat.shape, u_hat.dtype))
 
 
 def routing_forward(u_hat, iterations: int, eps: float = 1e-8) -> Tensor:
