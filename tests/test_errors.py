@@ -84,3 +84,17 @@ def test_ops_accept_non_contiguous_inputs():
     np.testing.assert_allclose(F.matmul(xt, tc.tensor(a)).numpy(), a.T @ a)
     np.testing.assert_allclose(F.softmax(xt, axis=0).numpy().sum(axis=0), 1.0)
     assert x.shape == (4, 3)
+
+
+def test_a_device_error_inside_an_op_stays_a_device_error():
+    # Function turns ValueErrors from a forward into ShapeErrors that name the shapes; a DeviceError
+    # (a kernel finding arrays on two GPUs) is also a ValueError and must come through as itself
+    from tinygrad_caps.autograd import Function
+
+    class OnTwoDevices(Function):
+        def forward(self, x):
+            raise tc.DeviceError("kernel: arrays on cuda:0 and cuda:1")
+
+    with pytest.raises(tc.DeviceError, match="cuda:0 and cuda:1") as caught:
+        OnTwoDevices()(t(2))
+    assert not isinstance(caught.value, tc.ShapeError)

@@ -218,7 +218,7 @@ class Function:
             else:
                 y = self.forward(*arrays)
         except ValueError as exc:
-            if isinstance(exc, ShapeError):
+            if isinstance(exc, (ShapeError, DeviceError)):  # a DeviceError (also a ValueError) is no shape error
                 raise
             shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
             raise ShapeError(f"{self.name}: {exc} (input shapes {shapes})") from exc
@@ -313,9 +313,11 @@ def _share_version_with_base(out, inputs, arrays):
 
 
 def _check_same_device(name, arrays):
-    first = type(arrays[0])
+    first = arrays[0]
     for a in arrays[1:]:
-        if type(a) is not first and device_of(a) != device_of(arrays[0]):
+        if type(a) is np.ndarray and type(first) is np.ndarray:
+            continue
+        if device_of(a) != device_of(first):  # NumPy and CuPy, or two GPUs
             raise DeviceError(
                 f"{name}: operands are on different devices: {device_of(arrays[0])} and {device_of(a)};"
                 " move them with .to(device) first"
