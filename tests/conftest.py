@@ -19,6 +19,9 @@ settings.register_profile("mutation", max_examples=12, deadline=None, derandomiz
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ["TINYGRAD_CAPS_OFFLINE"] = "1"  # tests never touch the network (subprocesses inherit this)
+# Tensors made without a device default to "cuda" where a GPU is usable, while nn layers start on
+# the CPU: the suite's device-less tests are CPU tests, and the GPU tests name their device.
+os.environ.setdefault("TINYGRAD_CAPS_DEVICE", "cpu")
 # The CLI tests call main() in this process; main() tunes malloc for the whole process (1 GiB trim
 # threshold), which would keep every freed test allocation resident. Tests need no tuning.
 os.environ.setdefault("TINYGRAD_CAPS_MALLOC_TUNING", "0")
