@@ -76,3 +76,37 @@ def test_kernels_run_on_the_second_gpu_and_mixing_gpus_is_an_error():
     np.testing.assert_allclose(u_hat.numpy(), np.einsum("ijdk,bik->bijd", w.numpy(), u.numpy()), rtol=1e-4, atol=1e-4)
     with pytest.raises(tc.DeviceError, match="cuda:1"):
         F.capsule_predict(u.to("cuda:0"), w)
+def test_device_contexts_on_the_cpu_do_nothing():
+    with backend.on_device("cpu"), backend.on_device_of(np.zeros(2)):
+        assert tc.tensor(np.ones(2), device="cpu").device == "cpu"
+    assert backend.use_device("cpu") == "cpu"
+    with pytest.raises(tc.DeviceError, match="unknown device"):
+        backend.use_device("tpu")
+    if not tc.gpu_available():
+        with pytest.raises(tc.DeviceError, match="no usable GPU"):
+            backend.use_device("cuda")
+
+
+@pytest.mark.gpu
+def test_use_device_makes_a_gpu_current():
+    assert backend.use_device("cuda:0") == "cuda"
+    assert backend.current_cuda_device() == 0
+    with backend.on_device("cuda:0"):
+        assert backend.cupy_module().zeros(1).device.id == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+@pytest.mark.skipif(gpu_count() < 2, reason="needs two GPUs")
+def test_an_optimizer_keeps_its_state_on_the_gpu_of_each_parameter():
+    backend.use_device("cuda:0")
+    p = tc.tensor(np.ones((3, 2), np.float32), device="cuda:1", requires_grad=True)
+    F.sum(p * p).backward()
+    optimizer = tc.optim.Adam([p], lr=0.1)
+    optimizer.step()
+    assert {optimizer.state[0][key].device.id for key in ("exp_avg", "exp_avg_sq")} == {1}
+    np.testing.assert_allclose(p.numpy(), np.full((3, 2), 0.9), rtol=1e-6)
+    try:
+        assert backend.use_device("cuda:1") == "cuda" and p.device == "cuda"  # names follow the current GPU
+    finally:
+        backend.use_device("cuda:0")

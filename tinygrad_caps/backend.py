@@ -13,6 +13,7 @@ fallback to the CPU.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -106,6 +107,30 @@ def cuda_index(device: str) -> int:
     return current_cuda_device() if index is None else index
 
 
+def on_device(device: str):
+    """A ``with`` context in which CuPy allocates and launches on ``device`` (a canonical name, as
+    from ``normalize_device``); for "cpu", a context that does nothing."""
+    if device.startswith("cuda"):
+        return cupy_module().cuda.Device(cuda_index(device))
+    return contextlib.nullcontext()
+
+
+def on_device_of(array):
+    """``on_device`` for the device that holds ``array`` (CuPy allocates with the current device)."""
+    return array.device if is_cupy_array(array) else contextlib.nullcontext()
+
+
+def use_device(device) -> str:
+    """Normalize ``device`` and, for a GPU, make it the current one for this thread (CuPy then
+    allocates and launches there unless told otherwise, as after ``torch.cuda.set_device``).
+    Returns its canonical name afterwards ("cuda" for a GPU); DeviceError as ``normalize_device``."""
+    device = normalize_device(device)
+    if device.startswith("cuda"):
+        cupy_module().cuda.Device(cuda_index(device)).use()
+        return "cuda"
+    return device
+
+
 def default_device() -> str:
     """The default device: ``$TINYGRAD_CAPS_DEVICE`` if set, else ``"cuda"`` with a usable GPU, else ``"cpu"``."""
     forced = os.environ.get("TINYGRAD_CAPS_DEVICE", "").strip().lower()
@@ -144,7 +169,7 @@ def to_device(array, device: str):
         index = cuda_index(device)
         if is_cupy_array(array) and array.device.id == index:
             return array
-        with cp.cuda.Device(index):
+        with on_device(device):
             return cp.array(array, copy=True) if is_cupy_array(array) else cp.asarray(array)
     if is_cupy_array(array):
         return array.get()

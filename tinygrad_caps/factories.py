@@ -21,7 +21,7 @@ def _filled_on_device(shape, value, dtype, device, requires_grad):
     xp = backend.module_for(device)
     if xp is np:
         return Tensor(np.full(shape, value, _dtype(dtype)), requires_grad=requires_grad)
-    with xp.cuda.Device(backend.cuda_index(device)):
+    with backend.on_device(device):
         return Tensor(xp.full(shape, value, _dtype(dtype)), requires_grad=requires_grad)
 
 

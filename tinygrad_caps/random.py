@@ -28,12 +28,12 @@ def manual_seed(seed: int) -> None:
 def generator(device: str = "cpu"):
     """The engine's generator for ``device``: a NumPy Generator (cpu) or that GPU's CuPy Generator."""
     if device.startswith("cuda"):
-        index = backend.cuda_index(backend.normalize_device(device))
+        device = backend.normalize_device(device)
+        index = backend.cuda_index(device)
         rng = _cupy_rngs.get(index)
         if rng is None:
-            cp = backend.cupy_module()
-            with cp.cuda.Device(index):
-                rng = _cupy_rngs[index] = cp.random.default_rng(_seed)
+            with backend.on_device(device):
+                rng = _cupy_rngs[index] = backend.cupy_module().random.default_rng(_seed)
         return rng
     return _numpy_rng
 
@@ -62,6 +62,6 @@ def bernoulli_keep_mask(shape, keep: float, dtype, device: str):
     """An array on ``device`` with 1 where a uniform draw < ``keep``, else 0."""
     rng = generator(device)
     if device.startswith("cuda"):
-        with backend.cupy_module().cuda.Device(backend.cuda_index(backend.normalize_device(device))):
+        with backend.on_device(backend.normalize_device(device)):
             return (rng.random(shape) < keep).astype(dtype)
     return (rng.random(shape) < keep).astype(dtype)

@@ -41,7 +41,7 @@ def _as_array(data, dtype, device):
     if target == "cpu":
         return xp.asarray(backend.to_numpy(data) if backend.is_cupy_array(data) else data, dtype=dtype)
     data = backend.to_device(data, target)  # stays on its GPU when it is there already
-    with xp.cuda.Device(backend.cuda_index(target)):
+    with backend.on_device(target):
         return xp.asarray(data, dtype=dtype)
 
 

@@ -276,6 +276,6 @@ def _buffer_array(module, name):
 def _converted_like(value, like):
     xp = backend.array_module(like)
     if backend.device_of(like).startswith("cuda"):
-        with backend.cupy_module().cuda.Device(like.device.id):
+        with backend.on_device_of(like):
             return xp.array(value, dtype=like.dtype)
     return np.array(backend.to_numpy(value), dtype=like.dtype)

@@ -50,7 +50,8 @@ class Optimizer:
         """Update every parameter that has a gradient."""
         for p, state in zip(self.params, self.state):
             if p.grad is not None:
-                self.update(p.data, p.grad.data, state)  # in place, on the raw arrays
+                with backend.on_device_of(p.data):  # the state and temporaries live with the parameter
+                    self.update(p.data, p.grad.data, state)  # in place, on the raw arrays
                 p._bump_version()  # a graph that saved p now refuses a stale backward
 
     def update(self, param, grad, state) -> None:
