@@ -8,7 +8,8 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.data import (BatchIterator, DatasetError, Preprocess, affine_bilinear, center_crop, dataset_spec,
                                 random_crop, resize_bilinear, standardize, write_idx, write_norb_matrix)
-from tinygrad_caps.data import norb
+from tinygrad_caps.data import mnist, norb
+from tinygrad_caps.data.idx import read_idx
 from tinygrad_caps.data.registry import CIFAR_TEST, CIFAR_TRAIN, NORB_TEST, NORB_TRAIN
 from tinygrad_caps.models.training import train
 
@@ -34,16 +35,24 @@ def test_registered_geometry_and_classes():
         dataset_spec("cifar10", channels=1)
 
 
-def test_an_unknown_name_is_an_idx_folder_with_geometry_from_its_files(tmp_path):
+def test_an_unknown_name_is_an_idx_folder_with_geometry_from_its_files(tmp_path, monkeypatch):
     folder = tmp_path / "mine"
     folder.mkdir()
     for stem, n in (("train", 6), ("t10k", 4)):
         write_idx(folder / f"{stem}-images-idx3-ubyte", np.zeros((n, 12, 12), np.uint8))
         write_idx(folder / f"{stem}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 4)
+    images_read = []
+    monkeypatch.setattr(mnist, "read_idx", lambda path: images_read.append(path.name) or read_idx(path))
     spec = dataset_spec("mine", tmp_path)
     assert (spec.channels, spec.image_size, spec.num_classes) == (1, 12, 4)
+    assert not [name for name in images_read if "images" in name]  # the geometry comes from the header
+    images, labels = spec.load("train", tmp_path)
+    assert images.shape == (6, 1, 12, 12) and labels.tolist() == [0, 1, 2, 3, 0, 1]
     with pytest.raises(DatasetError, match="not found"):
         dataset_spec("absent", tmp_path)
+    write_idx(folder / "train-images-idx3-ubyte", np.zeros((6, 12, 12), np.float32))
+    with pytest.raises(DatasetError, match=r"expected uint8 images .*\(6, 12, 12\) float32"):
+        dataset_spec("mine", tmp_path)
 
 
 def test_smallnorb_preprocessing_standardizes_then_crops_and_jitters():

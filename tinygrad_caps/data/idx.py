@@ -70,12 +70,17 @@ def _read_exactly(stream, count: int) -> bytearray:
     return buffer
 
 
-def _read_capped(stream, name: str, size_on_disk=None) -> np.ndarray:
-    """Decode an IDX stream, reading no more than its header declares (plus one byte to detect excess)."""
+def _read_header(stream, name: str):
+    """(element dtype, shape, header length) from the start of an IDX stream; raises IDXError."""
     head = bytes(_read_exactly(stream, 4))
     if len(head) == 4 and head[:2] == b"\x00\x00":
         head += bytes(_read_exactly(stream, 4 * head[3]))
-    dtype, shape, offset = _parse_header(head, name)
+    return _parse_header(head, name)
+
+
+def _read_capped(stream, name: str, size_on_disk=None) -> np.ndarray:
+    """Decode an IDX stream, reading no more than its header declares (plus one byte to detect excess)."""
+    dtype, shape, offset = _read_header(stream, name)
     expected = offset + math.prod(shape) * dtype.itemsize
     if size_on_disk is not None and size_on_disk != expected:
         raise _length_error(name, size_on_disk, shape, dtype, expected)
@@ -105,13 +110,10 @@ def meminfo_available_bytes():
         return None
 
 
-def read_idx(path) -> np.ndarray:
-    """Read an IDX file, raw or gzip-compressed (detected from its first bytes).
-
-    A gzip stream is decompressed in chunks and never beyond the size the IDX header declares, so a
-    small file that expands to gigabytes is refused after reading one byte past that size.
-    Unreadable files (permissions, a folder) raise DatasetError.
-    """
+def _read_file(path, read):
+    """``read(stream, size_on_disk)`` on the IDX file at ``path``, raw or gzip-compressed (detected
+    from its first bytes; size_on_disk is None then). Unreadable files (permissions, a folder)
+    raise DatasetError, a corrupt gzip stream IDXError."""
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such file")
@@ -121,15 +123,30 @@ def read_idx(path) -> np.ndarray:
                 raw.seek(0)
                 try:
                     with gzip.GzipFile(fileobj=raw) as stream:
-                        return _read_capped(stream, str(path))
+                        return read(stream, None)
                 except (OSError, EOFError, zlib.error) as exc:
                     raise IDXError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
             raw.seek(0)
-            return _read_capped(raw, str(path), size_on_disk=os.fstat(raw.fileno()).st_size)
+            return read(raw, os.fstat(raw.fileno()).st_size)
     except DatasetError:
         raise
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+
+
+def read_idx(path) -> np.ndarray:
+    """Read an IDX file, raw or gzip-compressed (detected from its first bytes).
+
+    A gzip stream is decompressed in chunks and never beyond the size the IDX header declares, so a
+    small file that expands to gigabytes is refused after reading one byte past that size.
+    Unreadable files (permissions, a folder) raise DatasetError.
+    """
+    return _read_file(path, lambda stream, size_on_disk: _read_capped(stream, str(path), size_on_disk))
+
+
+def read_idx_header(path) -> tuple:
+    """(element dtype, shape) of an IDX file from its header alone (its data is not read)."""
+    return _read_file(path, lambda stream, size_on_disk: _read_header(stream, str(path))[:2])
 
 
 def write_idx(path, array, compress: bool = False) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from .cache import cache_root, downloads_allowed, fetch_verified, search_dirs
 from .cache import find_file as _find_file  # a module name of its own: tests replace it here
 from .errors import DatasetError
-from .idx import read_idx
+from .idx import read_idx, read_idx_header
 
 SPLIT_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -113,6 +113,50 @@ def load_idx_dataset(name: str, split: str = "train", data_dir=None, download_mi
     Returns:
         (images, labels): uint8 (N, C, H, W) (C = 1 for 3-D IDX files) and int64 (N,).
     """
+    images_path, labels_path = _split_files(name, split, data_dir, download_missing)
+    folder = images_path.parent
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    images = images.reshape(_nchw_shape(images.shape))
+    if images.ndim != 4 or labels.ndim != 1 or len(images) != len(labels):
+        raise DatasetError(f"{folder}: {split} images {images.shape} and labels {labels.shape} do not match")
+    if images.dtype != np.uint8:
+        raise DatasetError(f"{folder}: expected uint8 images, got {images.dtype}")
+    return images, _integer_labels(labels, folder, split)
+
+
+def idx_image_shape(name: str, split: str = "train", data_dir=None) -> tuple:
+    """(N, C, H, W) of one split's uint8 images, from the IDX header alone (C = 1 for 3-D files);
+    nothing is downloaded. A dataset's geometry without reading its images."""
+    images_path, _ = _split_files(name, split, data_dir, False)
+    dtype, shape = read_idx_header(images_path)
+    if len(_nchw_shape(shape)) != 4 or dtype != np.uint8:
+        raise DatasetError(f"{images_path.parent}: expected uint8 images (N, C, H, W) or (N, H, W), got {shape} "
+                           f"{dtype.newbyteorder('=').name}")
+    return _nchw_shape(shape)
+
+
+def load_idx_labels(name: str, split: str = "train", data_dir=None):
+    """One split's labels (N,) int64 of an IDX dataset, without its images; nothing is downloaded."""
+    _, labels_path = _split_files(name, split, data_dir, False)
+    labels = read_idx(labels_path)
+    if labels.ndim != 1:
+        raise DatasetError(f"{labels_path.parent}: {split} labels must be one-dimensional, got {labels.shape}")
+    return _integer_labels(labels, labels_path.parent, split)
+
+
+def _nchw_shape(shape) -> tuple:
+    """An IDX image shape as (N, C, H, W): a 3-D file holds one channel."""
+    return (shape[0], 1) + tuple(shape[1:]) if len(shape) == 3 else tuple(shape)
+
+
+def _integer_labels(labels, folder, split):
+    if labels.dtype.kind not in "iu":
+        raise DatasetError(f"{folder}: {split} labels must be integers, got {labels.dtype}")
+    return labels.astype(np.int64)
+
+
+def _split_files(name, split, data_dir, download_missing):
+    """The (images, labels) IDX paths of one split, downloading a known dataset where allowed."""
     if split not in SPLIT_FILES:
         raise ValueError(f"load_dataset: split must be 'train' or 'test', got {split!r}")
     folder = find_dataset_dir(name, data_dir)
@@ -125,18 +169,7 @@ def load_idx_dataset(name: str, split: str = "train", data_dir=None, download_mi
             folder = download(name, cache_root() / name)
         except DatasetError as exc:
             raise DatasetError(_missing_message(name, data_dir, f"offline or the mirrors failed: {exc}")) from exc
-    image_stem, label_stem = SPLIT_FILES[split]
-    images = read_idx(_find_file(folder, image_stem))
-    labels = read_idx(_find_file(folder, label_stem))
-    if images.ndim == 3:
-        images = images[:, None]
-    if images.ndim != 4 or labels.ndim != 1 or len(images) != len(labels):
-        raise DatasetError(f"{folder}: {split} images {images.shape} and labels {labels.shape} do not match")
-    if images.dtype != np.uint8:
-        raise DatasetError(f"{folder}: expected uint8 images, got {images.dtype}")
-    if labels.dtype.kind not in "iu":
-        raise DatasetError(f"{folder}: {split} labels must be integers, got {labels.dtype}")
-    return images, labels.astype(np.int64)
+    return tuple(_find_file(folder, stem) for stem in SPLIT_FILES[split])
 
 
 def load_mnist(split: str = "train", data_dir=None, download_missing: bool | None = None):

@@ -16,7 +16,7 @@ from . import cifar, norb
 from .errors import DatasetError, DatasetOptionError
 from .folder import folder_classes, load_image_folder
 from .labels import class_count
-from .mnist import KNOWN, load_idx_dataset
+from .mnist import KNOWN, idx_image_shape, load_idx_dataset, load_idx_labels
 from .preprocess import UNIT_SCALE, Preprocess
 
 # Hinton, Sabour and Frosst (2018), "Matrix capsules with EM routing", section 5 (smallNORB): "We
@@ -103,10 +103,10 @@ def _idx_spec(name, data_dir, image_size, channels):
         _fixed_geometry(name, 1, 28, image_size, channels)
         return DatasetSpec(name, tuple(info["classes"]), 1, 28, UNIT_SCALE, UNIT_SCALE, "shift",
                            lambda split, d, dl: load_idx_dataset(name, split, d, dl))
-    # Any other name: a folder of the four IDX files, its geometry read from the files themselves.
-    train_images, train_labels = load_idx_dataset(name, "train", data_dir, False)
-    test_labels = load_idx_dataset(name, "test", data_dir, False)[1]
-    _, found_channels, height, width = train_images.shape
+    # Any other name: a folder of the four IDX files, its geometry read from the files themselves
+    # (the images' header; their data is read once, by the spec's load)
+    _, found_channels, height, width = idx_image_shape(name, "train", data_dir)
+    train_labels, test_labels = (load_idx_labels(name, split, data_dir) for split in ("train", "test"))
     if height != width:
         raise DatasetError(f"dataset {name!r}: CapsNet needs square images, got {height}x{width}")
     _fixed_geometry(name, found_channels, height, image_size, channels)
