@@ -6,7 +6,9 @@
 #   bash benchmarks/gpu_check.sh [OUTDIR]      (default $OUT if set, else /tmp/tinygrad-caps-gpu-check)
 # GPU time is scarce: after the GPU is found, a failing step is recorded and the next one runs,
 # so one run gathers every figure and every failure; each step's time limit is cut to what is
-# left of the budget. Logs, failed_steps.txt and one gpu_summary.json go to OUTDIR.
+# left of the budget. Logs, failed_steps.txt and one gpu_summary.json go to OUTDIR. With
+# Fashion-MNIST's four files in data/fashion-mnist/ (ignored by git; carry it), a full epoch is
+# timed last.
 # The GPU machine has no network: the project is installed without dependencies from its image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -138,6 +140,18 @@ for tool in memcheck racecheck; do
         "$py" -m tinygrad_caps.kernels.selftest --small --no-pool || true
 done
 
+# One Fashion-MNIST epoch of the full model (60,000 images, B=100) on the GPU, when its four files
+# were carried to this machine in DATA_DIR/fashion-mnist (GPU_CHECK_DATA_DIR, default data/, which
+# git ignores): the machine has no network. Last, as it takes what is left of the budget.
+data_dir=${GPU_CHECK_DATA_DIR:-data}
+if ls "$data_dir"/fashion-mnist/train-images-idx3-ubyte* >/dev/null 2>&1; then
+    rm -rf "$out/epoch-run"
+    run epoch-fashion-mnist 180 "$py" -m tinygrad_caps.models.cli train --dataset fashion-mnist --data-dir "$data_dir" \
+        --epochs 1 --batch-size 100 --limit-test 1000 --device cuda --no-progress --out "$out/epoch-run" || true
+else
+    echo "no Fashion-MNIST files in $data_dir/fashion-mnist: the epoch is not timed" | tee "$out/epoch-fashion-mnist.log"
+fi
+
 elapsed=$(( $(date +%s) - started ))
 "$py" - "$out" "$elapsed" "$budget" <<'PY'
 import datetime, json, pathlib, sys
@@ -157,6 +171,16 @@ def json_tail(name):
     except ValueError as exc:
         return {"error": f"unreadable JSON output: {exc}"}
 
+def epoch():
+    """The Fashion-MNIST epoch's figures from its metrics.jsonl, or why there are none."""
+    path = out / "epoch-run" / "metrics.jsonl"
+    if not path.exists():
+        return {"not_timed": last_line("epoch-fashion-mnist")}
+    line = json.loads(path.read_text().splitlines()[0])
+    return {"train_seconds": round(line["seconds"], 2), "images_per_second": round(60000 / line["seconds"], 1),
+            "train_accuracy": line["train_accuracy"], "test_accuracy_first_1000": line["test_accuracy"]}
+
+
 failed = [line for line in (out / "failed_steps.txt").read_text().splitlines() if line]
 if elapsed > budget:
     failed.append(f"the whole check took {elapsed} s, over its {budget} s budget")
@@ -165,7 +189,8 @@ summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timesp
            "versions": json.loads((out / "versions.json").read_text()),
            "selftest": last_line("selftest"), "gpu_tests": last_line("gpu-tests"),
            "sanitizers": {tool: last_line(f"sanitizer-{tool}") for tool in ("memcheck", "racecheck")},
-           "routing_speed": json_tail("routing-speed"), "train_step_cuda": json_tail("train-step-cuda")}
+           "routing_speed": json_tail("routing-speed"), "train_step_cuda": json_tail("train-step-cuda"),
+           "fashion_mnist_epoch": epoch()}
 (out / "gpu_summary.json").write_text(json.dumps(summary, indent=2))
 if failed:
     sys.exit(f"gpu_check FAILED after {elapsed} s: " + "; ".join(failed) + f" (summary in {out / 'gpu_summary.json'})")

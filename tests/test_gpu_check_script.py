@@ -17,7 +17,8 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
                                 reason="needs bash and coreutils' timeout")
 
 # Plays the steps that need a GPU; everything else (the script's own small programs) runs on the
-# real interpreter. GPU_STEPS names how each GPU step behaves.
+# real interpreter. GPU_STEPS says how the GPU steps go: "no-gpu", "failing" (a skipped GPU test,
+# a train step that never ends) or "passing".
 STAND_IN = """#!/usr/bin/env bash
 real={python}
 case "$*" in
@@ -27,25 +28,35 @@ case "$*" in
         echo '{{"gpu": "Stand-in GPU", "gpus": 1}}' > "$2"; echo "gpu: Stand-in GPU"; exit 0 ;;
     "-m tinygrad_caps.kernels.selftest"*) echo "selftest on Stand-in GPU: all kernels agree with NumPy"; exit 0 ;;
     "-m pytest "*)
-        xml=${{@: -1}}
-        echo '<testsuites><testsuite tests="5" failures="0" errors="0" skipped="1"/></testsuites>' > "$xml"
-        echo "4 passed, 1 skipped"; exit 0 ;;
+        skipped=$([ "$GPU_STEPS" = "failing" ] && echo 1 || echo 0)
+        echo "<testsuites><testsuite tests=\\"5\\" failures=\\"0\\" errors=\\"0\\" skipped=\\"$skipped\\"/></testsuites>" > "${{@: -1}}"
+        echo "5 tests, $skipped skipped"; exit 0 ;;
     "routing_speed.py "*) echo "table"; printf '{{\\n  "rows": [1, 2]\\n}}\\n'; exit 0 ;;
-    "train_step.py "*) sleep 60; exit 0 ;;
+    "train_step.py "*)
+        if [ "$GPU_STEPS" = "failing" ]; then sleep 60; fi
+        printf '{{\\n  "rows": [3]\\n}}\\n'; exit 0 ;;
+    "-m tinygrad_caps.models.cli train "*)
+        out=${{@: -1}}; mkdir -p "$out"
+        echo '{{"epoch": 1, "seconds": 12.0, "train_accuracy": 0.8, "test_accuracy": 0.85}}' > "$out/metrics.jsonl"
+        exit 0 ;;
 esac
 exec "$real" "$@"
 """
 
 
-def run_check(tmp_path, gpu_steps, budget):
+def run_check(tmp_path, gpu_steps, budget, with_data=False):
     stand_in = tmp_path / "python"
     stand_in.write_text(STAND_IN.format(python=sys.executable))
     stand_in.chmod(0o755)
     sanitizer = tmp_path / "compute-sanitizer"
     sanitizer.write_text("#!/usr/bin/env bash\necho 'ERROR SUMMARY: 0 errors'\n")
     sanitizer.chmod(0o755)
+    data = tmp_path / "data"
+    if with_data:
+        (data / "fashion-mnist").mkdir(parents=True)
+        (data / "fashion-mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"")
     env = dict(os.environ, PYTHON=str(stand_in), GPU_STEPS=gpu_steps, GPU_CHECK_BUDGET_S=str(budget),
-               COMPUTE_SANITIZER=str(sanitizer))
+               COMPUTE_SANITIZER=str(sanitizer), GPU_CHECK_DATA_DIR=str(data))
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=120)
     return result, out
@@ -60,18 +71,40 @@ def test_without_a_gpu_the_check_fails_at_once(tmp_path):
 
 def test_every_step_runs_and_each_failure_is_named(tmp_path):
     # budget 30 s: 15 s kept for the summary leaves the slow train step about 15 s, then it is cut
-    result, out = run_check(tmp_path, "gpu", 30)
+    result, out = run_check(tmp_path, "failing", 30, with_data=True)
     assert result.returncode == 1, result.stdout + result.stderr
     failed = (out / "failed_steps.txt").read_text().splitlines()
     assert failed[0] == "gpu-tests-counted (exit 1)"  # a skipped GPU test fails the check
     assert failed[1].startswith("train-step-cuda (timed out after ")
     # the train step used up the budget: what is left is not run, and says so
     assert failed[2:] == ["sanitizer-memcheck (not run: the budget is spent)",
-                          "sanitizer-racecheck (not run: the budget is spent)"]
+                          "sanitizer-racecheck (not run: the budget is spent)",
+                          "epoch-fashion-mnist (not run: the budget is spent)"]
     summary = json.loads((out / "gpu_summary.json").read_text())
     assert summary["passed"] is False and summary["failed_steps"] == failed
     assert summary["versions"]["gpu"] == "Stand-in GPU"
     assert summary["selftest"].endswith("all kernels agree with NumPy")
     assert summary["routing_speed"] == {"rows": [1, 2]}
     assert "error" in summary["train_step_cuda"]
+    assert "budget is spent" in summary["fashion_mnist_epoch"]["not_timed"]
     assert "gpu_check FAILED" in result.stderr
+
+
+def test_a_passing_check_gathers_every_figure(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480, with_data=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["passed"] is True and summary["failed_steps"] == []
+    assert summary["gpu_tests"] == "5 tests, 0 skipped"
+    assert summary["sanitizers"] == {"memcheck": "ERROR SUMMARY: 0 errors", "racecheck": "ERROR SUMMARY: 0 errors"}
+    assert summary["train_step_cuda"] == {"rows": [3]}
+    assert summary["fashion_mnist_epoch"] == {"train_seconds": 12.0, "images_per_second": 5000.0,
+                                              "train_accuracy": 0.8, "test_accuracy_first_1000": 0.85}
+    assert "gpu_check passed" in result.stdout
+
+
+def test_without_the_data_the_epoch_is_not_timed_and_the_check_still_passes(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["fashion_mnist_epoch"]["not_timed"].startswith("no Fashion-MNIST files in ")
