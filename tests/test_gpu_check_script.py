@@ -37,6 +37,9 @@ case "$*" in
         printf '{{\\n  "rows": [3]\\n}}\\n'; exit 0 ;;
     "-m tinygrad_caps.models.cli train "*)
         out=${{@: -1}}; mkdir -p "$out"
+        if [ "${{EPOCH:-}}" = "cut" ]; then  # stopped by a signal before its epoch ended
+            : > "$out/metrics.jsonl"; exit 143
+        fi
         echo '{{"epoch": 1, "seconds": 12.0, "train_accuracy": 0.8, "test_accuracy": 0.85}}' > "$out/metrics.jsonl"
         exit 0 ;;
 esac
@@ -44,7 +47,7 @@ exec "$real" "$@"
 """
 
 
-def run_check(tmp_path, gpu_steps, budget, with_data=False):
+def run_check(tmp_path, gpu_steps, budget, with_data=False, **env):
     stand_in = tmp_path / "python"
     stand_in.write_text(STAND_IN.format(python=sys.executable))
     stand_in.chmod(0o755)
@@ -56,7 +59,7 @@ def run_check(tmp_path, gpu_steps, budget, with_data=False):
         (data / "fashion-mnist").mkdir(parents=True)
         (data / "fashion-mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"")
     env = dict(os.environ, PYTHON=str(stand_in), GPU_STEPS=gpu_steps, GPU_CHECK_BUDGET_S=str(budget),
-               COMPUTE_SANITIZER=str(sanitizer), GPU_CHECK_DATA_DIR=str(data))
+               COMPUTE_SANITIZER=str(sanitizer), GPU_CHECK_DATA_DIR=str(data), **env)
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=120)
     return result, out
@@ -108,3 +111,12 @@ def test_without_the_data_the_epoch_is_not_timed_and_the_check_still_passes(tmp_
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "gpu_summary.json").read_text())
     assert summary["fashion_mnist_epoch"]["not_timed"].startswith("no Fashion-MNIST files in ")
+
+
+def test_an_epoch_cut_short_is_a_failed_step_without_figures(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480, with_data=True, EPOCH="cut")
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["failed_steps"] == ["epoch-fashion-mnist (exit 143)"]
+    assert "not_timed" in summary["fashion_mnist_epoch"]
+    assert not list(out.glob("**/*.npz")) and (out / "epoch-metrics.jsonl").read_text() == ""
