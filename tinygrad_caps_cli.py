@@ -29,7 +29,8 @@ class StartUpInterrupt:
     Code run while libraries are imported can swallow that KeyboardInterrupt (C code that clears
     whatever error it meets, such as an extension module's initialisation), and training would
     then run to its end as if no Ctrl-C had come. What was received is checked after the imports,
-    and again by the training loop's own handler when it takes over (``models.run_state``).
+    and again by the training loop's own handler when it takes over (``models.run_state``), which
+    then stops at its first batch boundary (every rank together, in distributed training).
     """
 
     def __init__(self):
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     """Run the CLI with ``argv`` (default: the command line); returns the exit status."""
     tune_blas_threads()
     start_up = StartUpInterrupt()
-    signal.signal(signal.SIGINT, start_up)
+    previous = signal.signal(signal.SIGINT, start_up)
     try:
         try:
             from tinygrad_caps.models.cli import main as cli_main
@@ -57,3 +58,5 @@ def main(argv=None) -> int:
         return cli_main(argv)
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -5,7 +5,7 @@ the run then saves ``last.npz`` and exits with 128 + the signal number (130, 143
 interrupts at once, except inside a critical section (an optimizer step with its counters, or a
 checkpoint commit), where it is deferred to the section's end, so no checkpoint can ever hold a
 step applied to the weights but not counted (or the reverse). A Ctrl-C during start-up that the
-launcher's handler recorded (its ``received``) stops the run before its first batch.
+launcher's handler recorded (its ``received``) stops the run at its first batch boundary.
 
 Metrics. An epoch's line is appended to ``metrics.jsonl`` (and fsynced) before the checkpoint that
 records that epoch is written; the checkpoint is the single source of truth. On resume, every line
@@ -56,11 +56,11 @@ class StopSignals:
             for signum in STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
             # the launcher's start-up handler remembers a Ctrl-C whose KeyboardInterrupt some
-            # import swallowed (tinygrad_caps_cli.StartUpInterrupt): the run stops before it starts
-            early = getattr(self._previous[signal.SIGINT], "received", None)
-            if early is not None:
-                self.__exit__(None, None, None)
-                raise Interrupted(early)
+            # import swallowed (tinygrad_caps_cli.StartUpInterrupt): it becomes this run's stop
+            # request, honoured at the first batch boundary (where ranks agree on stops)
+            start_up = self._previous[signal.SIGINT]
+            if getattr(start_up, "received", None) is not None:
+                self.requested, start_up.received = start_up.received, None
         return self
 
     def __exit__(self, *exc_info):

@@ -167,3 +167,33 @@ def test_a_swallowed_ctrl_c_during_start_up_still_stops_the_run(data_dir, tmp_pa
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr
     assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip()
+
+
+def test_a_remembered_start_up_ctrl_c_stops_one_run_only():
+    import signal
+
+    import tinygrad_caps_cli
+    from tinygrad_caps.models.run_state import Interrupted, StopSignals
+
+    start_up = tinygrad_caps_cli.StartUpInterrupt()
+    start_up.received = signal.SIGINT
+    previous = signal.signal(signal.SIGINT, start_up)
+    try:
+        with StopSignals() as first:
+            with pytest.raises(Interrupted):
+                first.check()  # the first batch boundary
+        assert signal.getsignal(signal.SIGINT) is start_up and start_up.received is None
+        with StopSignals() as second:
+            second.check()  # a later run in the same process is not stopped by it
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_launcher_puts_back_the_sigint_handler_it_found(tmp_path):
+    import signal
+
+    import tinygrad_caps_cli
+
+    before = signal.getsignal(signal.SIGINT)
+    assert tinygrad_caps_cli.main(["plot", str(tmp_path / "no-run-here")]) == 2
+    assert signal.getsignal(signal.SIGINT) is before
