@@ -60,6 +60,13 @@ def routing_weighted_sum(c, u_hat, runner=None, threads: int = DEFAULT_THREADS):
     return s
 
 
+def agreement_fits(u_hat_shape, dtype) -> bool:
+    """Whether routing_agreement can run for u_hat of this shape and dtype (v[b], J*D values, in
+    its block's shared memory)."""
+    _, _, j, d = u_hat_shape
+    return fits_shared_memory(j * d, dtype)
+
+
 def routing_agreement(u_hat, v, runner=None, threads: int = DEFAULT_THREADS):
     """a[b,i,j] = sum_d u_hat[b,i,j,d] v[b,j,d]: u_hat (B,I,J,D), v (B,J,D) -> (B,I,J).
 
@@ -81,9 +88,9 @@ def routing_agreement(u_hat, v, runner=None, threads: int = DEFAULT_THREADS):
     width = vector_width(u_hat.dtype)
     group = d // width
     vec = int(d % width == 0 and group <= 32 and group & (group - 1) == 0 and aligned(u_hat))
-    shared = j * d * u_hat.itemsize
-    if shared > MAX_SHARED_BYTES:
+    if not agreement_fits(u_hat.shape, u_hat.dtype):
         raise ValueError(f"routing_agreement: v[b] of J*D = {j * d} values does not fit shared memory")
+    shared = j * d * u_hat.itemsize
     tiles = b * -(-i // (threads // 32 * AGREEMENT_ROWS_PER_WARP))
     runner(KernelLaunch("routing.cu", f"routing_agreement_{suffix(a.dtype)}", (min(tiles, block_limit(runner)),),
                         (threads,), (u_hat, v, a) + i32(b, i, j, d, vec), outputs=(2,), shared_mem=shared))

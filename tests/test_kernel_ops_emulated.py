@@ -110,13 +110,20 @@ def test_fused_routing_serves_no_grad_evaluation_only():
             F.routing_forward(u_hat, 3)  # NumPy arrays outside the emulation context
 
 
-def test_output_capsules_too_large_for_the_fused_kernel_route_op_by_op():
+@pytest.mark.parametrize("shape, agreement_kernel", [
+    # float64 (6,144 values fit a block's 48 KiB). J*D = 3,100: v and one row of partial sums
+    # (6,200 values) overflow the fused kernel's block; the agreement kernel's v[b] still fits
+    ((2, 3, 2, 1550), True),
+    # J*D = 6,400: v[b] alone overflows, so the agreement takes the NumPy path too
+    ((1, 2, 2, 3200), False),
+])
+def test_output_capsules_too_large_for_shared_memory_route_op_by_op(shape, agreement_kernel):
     from models.routing import dynamic_routing
 
-    # float64, J*D = 3,100: v and one row of partial sums (6,200 values) overflow a block's 48 KiB
-    u_hat = tc.tensor(np.random.default_rng(4).standard_normal((2, 3, 2, 1550)) * 0.01)
+    u_hat = tc.tensor(np.random.default_rng(4).standard_normal(shape) * 0.01)
     reference = dynamic_routing(u_hat, iterations=3).numpy()
     with tc.no_grad():
         v, used = kernels_used(lambda: dynamic_routing(u_hat, iterations=3))
-    assert "routing_forward" not in used and "routing_agreement" in used
+    assert "routing_forward" not in used and "routing_weighted_sum_partial" in used
+    assert ("routing_agreement" in used) == agreement_kernel
     np.testing.assert_allclose(v.numpy(), reference, rtol=1e-12, atol=1e-14)

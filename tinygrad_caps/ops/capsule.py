@@ -104,7 +104,7 @@ def weighted_sum_array(c, u_hat):
 def agreement_array(u_hat, v):
     """u_hat (B,I,J,D), v (B,J,D) -> a (B,I,J)."""
     runner = _runner(u_hat)
-    if runner is not None:
+    if runner is not None and routing_kernels.agreement_fits(u_hat.shape, u_hat.dtype):
         return routing_kernels.routing_agreement(u_hat, v, runner=runner)
     xp = array_module(u_hat)
     if xp is not np:
