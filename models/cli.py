@@ -32,7 +32,8 @@ from .capsnet import CONVENTIONS, parse_hidden_capsules
 from .presets import PRESETS, preset_options
 from .routing import ROUTING_KINDS
 from .visualize import WHATS, visualize, write_reconstructions
-from .training import MODEL_OPTIONS, MODELS, checkpoint_dataset_spec, evaluate, limited, load_checkpoint_model, train
+from .training import (MODEL_OPTIONS, MODELS, checkpoint_dataset_spec, evaluate, limited, load_checkpoint_model, train,
+                       use_command_device)
 
 
 def positive_int(text):
@@ -249,6 +250,8 @@ def main(argv=None) -> int:
     args = parse_with_preset(make_parser(), argv)
     tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
     try:
+        if getattr(args, "device", None) is not None:
+            use_command_device(args.device)
         if args.command == "visualize":
             return run_visualize(args)
         if args.command == "gradflow":

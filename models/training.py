@@ -383,11 +383,19 @@ def train(config: dict, out_dir, resume: bool = False, show_progress: bool = Tru
 
 
 def device_or_usage_error(device) -> str:
-    """``tc.backend.use_device(device)``: a command's GPU becomes the current one, so that whatever
-    CuPy allocates without naming a device lands there too; an unknown or unusable device is
-    reported as a UsageError."""
+    """``tc.backend.normalize_device(device)``, with an unknown or unusable device reported as a UsageError."""
     try:
-        return tc.backend.use_device(device)
+        return tc.backend.normalize_device(device)
+    except tc.DeviceError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def use_command_device(device) -> None:
+    """Make a command's ``--device`` GPU the process's current one (``tc.backend.use_device``), so
+    that whatever CuPy allocates without naming a device lands there too; the CLI calls it once,
+    before the command. An unknown or unusable device is reported as a UsageError."""
+    try:
+        tc.backend.use_device(device)
     except tc.DeviceError as exc:
         raise UsageError(str(exc)) from exc
 

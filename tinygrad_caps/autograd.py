@@ -39,7 +39,7 @@ import weakref
 import numpy as np
 
 from ._parallel import add_into, binary
-from .backend import array_module, device_of, is_cupy_array
+from .backend import array_module, device_of, is_cupy_array, on_device_of
 from .errors import AnomalyError, DeviceError, GraphError, ShapeError
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -686,8 +686,8 @@ def _as_grad_tensor(root, grad, what):
                 f"{what} of a non-scalar tensor of shape {root.shape} needs an explicit gradient "
                 "(grad=... / grad_outputs=...) of the same shape"
             )
-        xp = root.xp
-        return Tensor._wrap(xp.ones(root.shape, dtype=root.dtype))
+        with on_device_of(root.data):  # CuPy allocates on the current GPU unless told otherwise
+            return Tensor._wrap(root.xp.ones(root.shape, dtype=root.dtype))
     grad = grad if isinstance(grad, Tensor) else Tensor(grad, dtype=root.dtype, device=root.device)
     if grad.shape != root.shape:
         raise ShapeError(f"{what}: gradient shape {grad.shape} does not match tensor shape {root.shape}")

@@ -42,12 +42,14 @@ def full(shape, value, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 def zeros_like(t: Tensor, requires_grad=False) -> Tensor:
     """Zeros with the shape, dtype and device of ``t``."""
-    return Tensor(t.xp.zeros(t.shape, t.dtype), requires_grad=requires_grad)
+    with backend.on_device_of(t.data):
+        return Tensor(t.xp.zeros(t.shape, t.dtype), requires_grad=requires_grad)
 
 
 def ones_like(t: Tensor, requires_grad=False) -> Tensor:
     """Ones with the shape, dtype and device of ``t``."""
-    return Tensor(t.xp.ones(t.shape, t.dtype), requires_grad=requires_grad)
+    with backend.on_device_of(t.data):
+        return Tensor(t.xp.ones(t.shape, t.dtype), requires_grad=requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:

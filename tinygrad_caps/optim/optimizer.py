@@ -79,7 +79,8 @@ class Optimizer:
                     if tuple(value.shape) != p.shape:
                         raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of parameter {i} "
                                          f"has shape {tuple(value.shape)}, parameter has {p.shape}")
-                    value = backend.to_device(value, p.device).astype(p.dtype)
+                    with backend.on_device_of(p.data):
+                        value = backend.to_device(value, p.device).astype(p.dtype)
                 elif hasattr(value, "item"):
                     value = value.item()
                 restored[key] = value
