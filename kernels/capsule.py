@@ -34,6 +34,16 @@ def grad_shared_values(w_shape, threads: int = GRAD_THREADS) -> int:
     return 2 * j * d * k + threads // 32 * (j * d + k)
 
 
+def predict_fits(w_shape, dtype) -> bool:
+    """Whether capsule_predict can run for W of this shape and dtype (W[i] in shared memory)."""
+    return fits_shared_memory(predict_shared_values(w_shape), dtype)
+
+
+def grad_fits(w_shape, dtype, threads: int = GRAD_THREADS) -> bool:
+    """Whether the one-pass capsule_grad can run for W of this shape and dtype."""
+    return fits_shared_memory(grad_shared_values(w_shape, threads), dtype)
+
+
 def _shared_bytes(op, values, dtype):
     if not fits_shared_memory(values, dtype):
         raise ValueError(f"{op}: needs {values * np.dtype(dtype).itemsize} bytes of shared memory ({values} values "

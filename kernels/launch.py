@@ -30,13 +30,6 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
 MAX_GRID_DIM = (2 ** 31 - 1, 65535, 65535)
 MAX_SHARED_BYTES = 48 * 1024  # without cudaFuncAttributeMaxDynamicSharedMemorySize, which we never set
-
-
-def fits_shared_memory(values: int, dtype) -> bool:
-    """Whether ``values`` of ``dtype`` fit one block's shared memory (48 KiB, no opt-in). The engine
-    asks before launching a kernel that stages a whole capsule layer slice there, and takes
-    another path when they do not fit."""
-    return values * np.dtype(dtype).itemsize <= MAX_SHARED_BYTES
 VECTOR_BYTES = 16  # float4 / double2
 
 _raw_enabled = os.environ.get("TINYGRAD_CAPS_RAW_KERNELS", "1") != "0"
@@ -113,6 +106,13 @@ def check_launch_limits(launch: KernelLaunch) -> None:
     if not 0 <= launch.shared_mem <= MAX_SHARED_BYTES:
         raise LaunchError(f"{launch.kernel}: {launch.shared_mem} bytes of dynamic shared memory; "
                           f"at most {MAX_SHARED_BYTES} without the opt-in")
+
+
+def fits_shared_memory(values: int, dtype) -> bool:
+    """Whether ``values`` of ``dtype`` fit one block's shared memory (48 KiB, no opt-in). The engine
+    asks before launching a kernel that stages a whole capsule layer slice there, and takes
+    another path when they do not fit."""
+    return values * np.dtype(dtype).itemsize <= MAX_SHARED_BYTES
 
 
 def source_text(name: str) -> str:

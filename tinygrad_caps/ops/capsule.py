@@ -37,8 +37,7 @@ def predict_array(u, W):
     runner = _runner(u)
     # W[i] must fit a block's shared memory (up to 12,288 float32 values); larger layers take the
     # array formulation below
-    if runner is not None and capsule_kernels.fits_shared_memory(capsule_kernels.predict_shared_values(W.shape),
-                                                                 u.dtype):
+    if runner is not None and capsule_kernels.predict_fits(W.shape, u.dtype):
         return capsule_kernels.capsule_predict(u, W, runner=runner)
     xp = array_module(u)
     if xp is not np:
@@ -170,8 +169,7 @@ class CapsulePredict(Bilinear):
     def backward(self, g):
         u, W = self.inputs
         runner = _runner(g.data)
-        one_pass_fits = capsule_kernels.fits_shared_memory(capsule_kernels.grad_shared_values(W.shape), g.dtype)
-        if all(self.needs_grad) and runner is not None and one_pass_fits:
+        if all(self.needs_grad) and runner is not None and capsule_kernels.grad_fits(W.shape, g.dtype):
             # One kernel computes both adjoints in one pass over g; each still enters the graph
             # as its own op, so higher derivatives are derived exactly as below.
             gu, gw = capsule_kernels.capsule_grad(g.data, u.data, W.data, runner=runner)
