@@ -180,20 +180,25 @@ def sync_batchnorm():
 
 
 def unused_parameter():
-    """A parameter outside the loss is reported at the next forward, on every rank, with its name."""
+    """A parameter outside the loss is reported on every rank, with its name: by check_all_reduced
+    right after the backward (what the trainer calls), and else at the next forward."""
     dist.init(backend="mpi")
     used = tc.nn.Linear(3, 2)
     unused = tc.nn.Linear(3, 2)
     model = tc.nn.Sequential(used, unused)
     model.forward = lambda x: used(x)  # the second layer never takes part
     ddp = dist.DistributedDataParallel(model)
-    tc.functional.sum(ddp(tc.tensor(np.ones((4, 3), dtype=np.float32)))).backward()
-    try:
-        ddp(tc.tensor(np.ones((4, 3), dtype=np.float32)))
-    except RuntimeError as exc:
-        report({"error": str(exc)})
-        return
-    raise AssertionError("DDP did not report the parameter without a gradient")
+    errors = {}
+    for name, check in (("after_backward", ddp.check_all_reduced),
+                        ("at_forward", lambda: ddp(tc.tensor(np.ones((4, 3), dtype=np.float32))))):
+        tc.functional.sum(ddp(tc.tensor(np.ones((4, 3), dtype=np.float32)))).backward()
+        try:
+            check()
+        except RuntimeError as exc:
+            errors[name] = str(exc)
+    if len(errors) != 2:
+        raise AssertionError(f"DDP did not report the parameter without a gradient: {errors}")
+    report(errors)
 
 
 def failing_rank():
@@ -223,6 +228,9 @@ def nccl():
     view[...] = r
     dist.broadcast(view, root=w - 1)
     assert float(view.min()) == w - 1
+    extremes = cp.array([r, -r], dtype=cp.int64)
+    dist.all_reduce(extremes, op="max")
+    assert extremes.tolist() == [w - 1, 0]
     images, labels = fake_images()
     model = dist.DistributedDataParallel(small_capsnet(seed=r).to(device="cuda"), bucket_mb=0.01)
     loader = BatchIterator(images, labels, GLOBAL_BATCH, shuffle=True, seed=0, shard=(r, w))
@@ -233,6 +241,7 @@ def nccl():
     train_steps(reference, BatchIterator(images, labels, GLOBAL_BATCH, shuffle=True, seed=0), 3)
     report({"world_size": w, "buckets": len(model.buckets),
             "max_relative_difference": max_relative_difference(trained, parameters_of(reference))})
+    dist.finalize()  # the communicator is destroyed here, not by garbage collection after MPI_Finalize
 
 
 SCENARIOS = {f.__name__: f for f in (collectives, ddp_equivalence, no_sync_accumulation, sync_batchnorm,

@@ -78,10 +78,11 @@ def test_every_step_runs_and_each_failure_is_named(tmp_path):
     result, out = run_check(tmp_path, "failing", 36, with_data=True)
     assert result.returncode == 1, result.stdout + result.stderr
     failed = (out / "failed_steps.txt").read_text().splitlines()
-    assert failed[0] == "gpu-tests-counted (exit 1)"  # a skipped GPU test fails the check
-    assert failed[1].startswith("train-step-cuda (timed out after ")
+    # a skipped GPU test fails the check, in either part of the GPU tests
+    assert failed[:2] == ["gpu-tests-counted (exit 1)", "gpu-tests-nccl-counted (exit 1)"]
+    assert failed[2].startswith("train-step-cuda (timed out after ")
     # the train step used up the budget: what is left is not run, and says so
-    assert failed[2:] == ["sanitizer-memcheck (not run: the budget is spent)",
+    assert failed[3:] == ["sanitizer-memcheck (not run: the budget is spent)",
                           "sanitizer-racecheck (not run: the budget is spent)",
                           "epoch-fashion-mnist (not run: the budget is spent)"]
     summary = json.loads((out / "gpu_summary.json").read_text())
@@ -99,7 +100,7 @@ def test_a_passing_check_gathers_every_figure(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "gpu_summary.json").read_text())
     assert summary["passed"] is True and summary["failed_steps"] == []
-    assert summary["gpu_tests"] == "5 tests, 0 skipped"
+    assert summary["gpu_tests"] == summary["gpu_tests_nccl"] == "5 tests, 0 skipped"
     assert summary["sanitizers"] == {"memcheck": "ERROR SUMMARY: 0 errors", "racecheck": "ERROR SUMMARY: 0 errors"}
     assert summary["train_step_cuda"] == {"rows": [3]}
     assert summary["fashion_mnist_epoch"] == {"train_seconds": 12.0, "images_per_second": 5000.0,

@@ -215,7 +215,7 @@ def all_reduce(x, op: str = "sum"):
     _check_usable("all_reduce")
     if op == "mean" and array.dtype.kind not in "fc":
         raise TypeError(f"all_reduce: op='mean' needs a floating array, got {array.dtype}")
-    if _Group.size == 1:
+    if _nothing_to_exchange(array):
         return x
     if backend.is_cupy_array(array):
         _in_place(array, lambda a: nccl_all_reduce(a, "sum" if op == "mean" else op))
@@ -228,13 +228,19 @@ def all_reduce(x, op: str = "sum"):
     return x
 
 
+def _nothing_to_exchange(array) -> bool:
+    """One rank has nothing to exchange; but a CuPy array still goes through NCCL when the group
+    has a communicator (one rank's is valid and cheap), so one GPU runs the path several do."""
+    return _Group.size == 1 and not (_Group.nccl is not None and backend.is_cupy_array(array))
+
+
 def broadcast(x, root: int = 0):
     """Overwrite ``x`` (Tensor or NumPy/CuPy array) on every rank with rank ``root``'s values; returns ``x``."""
     array = _array_of(x, "broadcast")
     _check_usable("broadcast")
     if not 0 <= root < _Group.size:
         raise ValueError(f"broadcast: root {root} is not a rank of a group of {_Group.size}")
-    if _Group.size == 1:
+    if _nothing_to_exchange(array):
         return x
     if backend.is_cupy_array(array):
         _in_place(array, lambda a: _nccl_call("broadcast", a, root=root))
@@ -265,7 +271,8 @@ def _nccl_types():
 
     types = {np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.float32): nccl.NCCL_FLOAT32,
              np.dtype(np.float64): nccl.NCCL_FLOAT64, np.dtype(np.int32): nccl.NCCL_INT32,
-             np.dtype(np.int64): nccl.NCCL_INT64, np.dtype(np.uint8): nccl.NCCL_UINT8, np.dtype(np.int8): nccl.NCCL_INT8}
+             np.dtype(np.int64): nccl.NCCL_INT64, np.dtype(np.uint8): nccl.NCCL_UINT8, np.dtype(np.int8): nccl.NCCL_INT8,
+             np.dtype(np.uint32): nccl.NCCL_UINT32, np.dtype(np.uint64): nccl.NCCL_UINT64}
     ops = {"sum": nccl.NCCL_SUM, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN, "prod": nccl.NCCL_PROD}
     return types, ops
 
@@ -274,8 +281,10 @@ def _nccl_call(kind, array, op="sum", root=0, stream=None):
     if _Group.nccl is None:
         raise RuntimeError(f"{kind} of a CuPy array needs init(backend='nccl') (this group uses {_Group.backend!r})")
     types, ops = _nccl_types()
+    if array.dtype.kind == "c" and (kind == "broadcast" or op == "sum"):
+        array = array.view(array.real.dtype)  # a sum or a copy runs on the real and imaginary parts alike
     if array.dtype not in types:
-        raise TypeError(f"{kind}: NCCL has no type for {array.dtype}")
+        raise TypeError(f"{kind}{'' if kind == 'broadcast' else f' ({op})'}: NCCL has no type for {array.dtype}")
     cp = backend.cupy_module()
     if array.device.id != _Group.gpu:
         raise ValueError(f"{kind}: the array is on GPU {array.device.id} but this rank's NCCL device is GPU {_Group.gpu}")
