@@ -250,8 +250,8 @@ def main(argv=None) -> int:
     args = parse_with_preset(make_parser(), argv)
     tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
     try:
-        if getattr(args, "device", None) is not None:
-            use_command_device(args.device)
+        if getattr(args, "device", None) is not None and not getattr(args, "distributed", False):
+            use_command_device(args.device)  # (each rank of a distributed run takes its own GPU)
         if args.command == "visualize":
             return run_visualize(args)
         if args.command == "gradflow":

@@ -75,6 +75,12 @@ class DistributedTrainer(Trainer):
             return
         super().ensure_run_folder()
 
+    def _check_gradients(self) -> None:
+        """Every parameter's gradient was averaged over the ranks: the loop calls the module itself,
+        so DDP's own check at forward never runs (a parameter without a gradient would otherwise
+        leave the ranks' weights drifting apart in silence)."""
+        self.ddp.check_all_reduced()
+
     def _check_stop(self, stop) -> None:
         """Stop where any rank asked to, on every rank at once: only the agreed flags count (a signal
         that lands during the all-reduce is taken up at the next batch)."""

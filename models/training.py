@@ -282,6 +282,9 @@ class Trainer:
         self.ensure_run_folder()
         return history
 
+    def _check_gradients(self) -> None:
+        """After each backward: nothing to check on one process (see DistributedTrainer)."""
+
     def _check_stop(self, stop) -> None:
         if self.stdout_closed:
             raise Interrupted(signal.SIGPIPE)
@@ -309,6 +312,7 @@ class Trainer:
                                                f"batch {state['step'] + 1}; {self._last_good()}; try a smaller --lr")
                     self.optimizer.zero_grad()
                     loss.backward()
+                    self._check_gradients()
                     self.optimizer.step()
                     crash_point("optimizer-step")
                     sums["loss"] += loss_value * len(y)

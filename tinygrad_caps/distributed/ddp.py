@@ -163,13 +163,19 @@ class DistributedDataParallel(Module):
             if request is not None and not backend.is_cupy_array(flat):
                 request.Test()
 
+    @staticmethod
+    def _wait(flat, request):
+        """Wait for one bucket's all-reduce: the current stream waits for NCCL's event (GPU), or
+        MPI's request completes (CPU)."""
+        if backend.is_cupy_array(flat):
+            backend.cupy_module().cuda.get_current_stream().wait_event(request)
+        elif request is not None:
+            request.Wait()
+
     def _finish(self):
         world = group.world_size()
         for bucket, flat, request in self._launched:
-            if backend.is_cupy_array(flat):
-                backend.cupy_module().cuda.get_current_stream().wait_event(request)
-            elif request is not None:
-                request.Wait()
+            self._wait(flat, request)
             flat /= world
             bucket.unflatten_into_grads(flat)
         self._reset()
@@ -180,14 +186,17 @@ class DistributedDataParallel(Module):
         self._launched.clear()
         self._next_bucket = 0
 
-    def _check_last_backward_finished(self):
+    def check_all_reduced(self) -> None:
+        """Raise RuntimeError, naming them, if parameters that require grad got no gradient in the
+        last backward (their buckets were never averaged). ``forward`` calls it; a loop that calls
+        the wrapped module itself calls it after each backward."""
         if self._launched or any(bucket.ready for bucket in self.buckets):
             # launched buckets are complete; the others name the parameters that got no gradient
             missing = [name for bucket in self.buckets[self._next_bucket:] for k, name in enumerate(bucket.names)
                        if k not in bucket.ready]
-            for _, flat, request in self._launched:  # finish what was started, so no rank is left waiting
-                if request is not None and not backend.is_cupy_array(flat):
-                    request.Wait()
+            # finish what was started, so no rank is left waiting (and NCCL writes no freed buffer)
+            for _, flat, request in self._launched:
+                self._wait(flat, request)
             self._reset()
             raise RuntimeError("DistributedDataParallel: the last backward gave no gradient to "
                                f"{', '.join(missing)}; every parameter that requires grad must take part in the loss")
@@ -195,7 +204,7 @@ class DistributedDataParallel(Module):
     # ----- Module interface -----
     def forward(self, *args, **kwargs):
         """Call the wrapped module (checks that the previous backward reduced every gradient)."""
-        self._check_last_backward_finished()
+        self.check_all_reduced()
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
