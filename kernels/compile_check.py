@@ -166,6 +166,7 @@ def compile_with_nvcc(name: str, arch: str, source_dir: Path = SOURCE_DIR) -> No
 
 
 def main(argv=None) -> int:
+    """Compile every .cu for each ``--arch``; returns 1 if any compile failed, else 0."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", nargs="+", default=list(ARCHITECTURES))
     args = parser.parse_args(argv)

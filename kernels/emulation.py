@@ -330,6 +330,7 @@ def reference_im2col(x, kernel, stride, padding, batch_last):
 
 
 def main(argv=None) -> int:
+    """Check every kernel on the CPU emulation (optionally sanitized); returns the exit status."""
     parser = argparse.ArgumentParser(description="Check every kernel on the CPU emulation against NumPy.")
     parser.add_argument("--sanitize", choices=["thread", "address"], default=None)
     args = parser.parse_args(argv)

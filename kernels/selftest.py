@@ -52,6 +52,7 @@ def capsnet_sized_check(cp) -> list[str]:
 
 
 def main(argv=None) -> int:
+    """Run the self-test; returns the exit status (0 all agree, 1 a mismatch, 2 no GPU)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small", action="store_true", help="small shapes only (for compute-sanitizer)")
     parser.add_argument("--no-pool", action="store_true",

@@ -37,6 +37,7 @@ from .training import (MODEL_OPTIONS, MODELS, checkpoint_dataset_spec, evaluate,
 
 
 def positive_int(text):
+    """argparse type: an integer >= 1."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
@@ -44,6 +45,8 @@ def positive_int(text):
 
 
 def add_model_options(parser, defaults: bool):
+    """Add the model's options to ``parser``; with ``defaults=False`` each defaults to None (evaluate
+    and visualize then take the checkpoint's value)."""
     d = (lambda value: value) if defaults else (lambda value: None)
     parser.add_argument("--routing-iterations", type=routing_iterations, default=d(3))
     parser.add_argument("--routing-gradient", choices=GRADIENT_MODES, default=d("full"))
@@ -66,6 +69,7 @@ def add_model_options(parser, defaults: bool):
 
 
 def hidden_capsules(text):
+    """argparse type: "32x12,32x12" -> [(32, 12), (32, 12)]."""
     try:
         return parse_hidden_capsules(text)
     except ValueError as exc:
@@ -80,6 +84,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def make_parser():
+    """The ``tinygrad-caps`` argument parser with its subcommands."""
     parser = OneLineErrorParser(prog="tinygrad-caps", description="Train and evaluate CapsNet on tinygrad-caps.")
     parser.add_argument("--debug", action="store_true", help="print the traceback of every error")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +175,7 @@ def make_parser():
 
 
 def run_train(args):
+    """``train``: build the run's config from ``args`` and train; returns the exit status."""
     config = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "no_progress", "profile")}
     if config["augment"] == "none":
         config["augment"] = None
@@ -201,6 +207,7 @@ def run_train(args):
 
 
 def run_evaluate(args):
+    """``evaluate``: accuracy, per-class accuracy and confusion matrix of a checkpoint; returns the exit status."""
     overrides = {k: v for k, v in vars(args).items() if k in MODEL_OPTIONS and v is not None}
     model, config = load_checkpoint_model(args.checkpoint, overrides, args.device)
     if args.reconstructions and config.get("model") == "cnn":
@@ -230,6 +237,7 @@ def run_evaluate(args):
 
 
 def run_visualize(args):
+    """``visualize``: draw what ``--what`` names for a checkpoint; returns the exit status."""
     visualize(args.checkpoint, args.what, args.out, dataset=args.dataset, data_dir=args.data_dir, count=args.count,
               compare=args.compare, gif=args.gif, device=args.device)
     return 0
@@ -247,6 +255,8 @@ def parse_with_preset(parser, argv):
 
 
 def main(argv=None) -> int:
+    """Run one command with ``argv`` (default: the command line); returns the exit status (0, 1 for
+    a bug, 2 for a user error, 128 + signal when stopped)."""
     args = parse_with_preset(make_parser(), argv)
     tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
     try:

@@ -61,6 +61,7 @@ def build_model(config: dict):
 
 
 def limited(images, labels, limit):
+    """The first ``limit`` images and labels (all of them when ``limit`` is 0 or None)."""
     return (images, labels) if not limit else (images[:limit], labels[:limit])
 
 

@@ -54,10 +54,12 @@ def constant_(t: Tensor, value: float) -> Tensor:
 
 
 def zeros_(t: Tensor) -> Tensor:
+    """Fill ``t`` with 0 in place (no graph); returns ``t``."""
     return constant_(t, 0.0)
 
 
 def ones_(t: Tensor) -> Tensor:
+    """Fill ``t`` with 1 in place (no graph); returns ``t``."""
     return constant_(t, 1.0)
 
 

@@ -60,6 +60,8 @@ def _squeezed_shape(shape, axes):
 
 
 def reshape_for_broadcast(gy: Tensor, shape) -> Tensor:
+    """``gy`` reshaped to ``shape`` (a reduction's output with its reduced axes kept as size 1), so it
+    broadcasts back over the input; ``gy`` itself when it has that shape already."""
     from .shape import reshape
 
     return gy if gy.shape == tuple(shape) else reshape(gy, shape)
