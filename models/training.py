@@ -399,10 +399,7 @@ def use_command_device(device) -> None:
     """Make a command's ``--device`` GPU the process's current one (``tc.backend.use_device``), so
     that whatever CuPy allocates without naming a device lands there too; the CLI calls it once,
     before the command. An unknown or unusable device is reported as a UsageError."""
-    try:
-        tc.backend.use_device(device)
-    except tc.DeviceError as exc:
-        raise UsageError(str(exc)) from exc
+    tc.backend.use_device(device_or_usage_error(device))
 
 
 def _silence_stdout() -> None:

@@ -20,6 +20,9 @@ import os
 import numpy as np
 
 from .errors import DeviceError
+# on_device_of(array): ``on_device`` for the device that holds ``array`` (CuPy allocates on the
+# current device); the kernels' own helper, which the launchers use for the same purpose.
+from .kernels.launch import device_context as on_device_of  # noqa: F401
 
 DEVICES = ("cpu", "cuda")  # and "cuda:N"
 
@@ -113,11 +116,6 @@ def on_device(device: str):
     if device.startswith("cuda"):
         return cupy_module().cuda.Device(cuda_index(device))
     return contextlib.nullcontext()
-
-
-def on_device_of(array):
-    """``on_device`` for the device that holds ``array`` (CuPy allocates with the current device)."""
-    return array.device if is_cupy_array(array) else contextlib.nullcontext()
 
 
 def use_device(device) -> str:
