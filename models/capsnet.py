@@ -59,9 +59,9 @@ class CapsuleLayer(nn.Module):
             raise ValueError(f"{type(self).__name__}: routing must be one of {ROUTING_KINDS}, got {routing!r}")
         self.iterations, self.gradient, self.routing, self.leaky_routing = iterations, gradient, routing, leaky_routing
         dtype = tc.get_default_dtype()
-        self.weight = nn.Parameter(np.zeros((in_caps, out_caps, out_dim, in_dim), dtype=dtype))
+        self.weight = nn.Parameter(np.zeros((in_caps, out_caps, out_dim, in_dim), dtype=dtype), device="cpu")
         nn.init.normal_(self.weight, 0.0, 0.01)
-        self.bias = nn.Parameter(np.zeros((out_caps, out_dim), dtype=dtype)) if bias else None
+        self.bias = nn.Parameter(np.zeros((out_caps, out_dim), dtype=dtype), device="cpu") if bias else None
 
     def forward(self, u, return_coupling=False, return_trace=False):
         """u (B, I, K) -> v (B, J, D); with ``return_coupling`` (v, [c per iteration]), with
@@ -225,7 +225,7 @@ class CapsNet(nn.Module):
         if y is None:
             chosen = lengths.xp.argmax(lengths.data, axis=1)
         else:
-            chosen = y.data if isinstance(y, tc.Tensor) else lengths.xp.asarray(np.asarray(y))
+            chosen = tc.backend.asarray_like(y.data if isinstance(y, tc.Tensor) else np.asarray(y), lengths.data)
         mask = F.one_hot(chosen, self.config["num_classes"], dtype=x.dtype)
         reconstruction = self.decoder(F.reshape(v * F.expand_dims(mask, -1), (x.shape[0], -1)))
         outputs = (v, lengths, reconstruction)

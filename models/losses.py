@@ -4,14 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 from tinygrad_caps import functional as F
+from tinygrad_caps.backend import asarray_like
 from tinygrad_caps.tensor import Tensor
 
 
-def _label_array(labels, xp):
-    data = labels.data if isinstance(labels, Tensor) else np.asarray(labels)
+def _label_array(labels, like):
+    """Integer labels (a list, NumPy or CuPy array, or Tensor) as an array on the device of ``like``."""
+    data = labels.data if isinstance(labels, Tensor) else labels
+    if not hasattr(data, "dtype"):
+        data = np.asarray(data)
     if data.dtype.kind not in "iu":
         raise ValueError(f"labels must be integers, got {data.dtype}")
-    return xp.asarray(data)
+    return asarray_like(data, like)
 
 
 MARGIN_CONVENTIONS = ("paper", "official")
@@ -36,7 +40,7 @@ def margin_loss(lengths, labels, m_plus: float = 0.9, m_minus: float = 0.1, down
         raise ValueError(f"margin_loss: convention must be one of {MARGIN_CONVENTIONS}, got {convention!r}")
     if lengths.ndim != 2:
         raise ValueError(f"margin_loss: expected lengths (B, K), got shape {lengths.shape}")
-    y = _label_array(labels, lengths.xp)
+    y = _label_array(labels, lengths.data)
     if y.shape != lengths.shape[:1]:
         raise ValueError(f"margin_loss: labels of shape {tuple(y.shape)} do not fit lengths {lengths.shape}")
     target = F.one_hot(y, lengths.shape[1], dtype=lengths.dtype)
@@ -50,7 +54,7 @@ def margin_loss(lengths, labels, m_plus: float = 0.9, m_minus: float = 0.1, down
 
 def _as_pixels(images, like: Tensor) -> Tensor:
     if not isinstance(images, Tensor):
-        images = Tensor._wrap(like.xp.asarray(images))
+        images = Tensor._wrap(asarray_like(images, like.data))
     return F.reshape(F.cast(images, like.dtype), (images.shape[0], -1))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
-from tinygrad_caps.backend import array_module, to_numpy
+from tinygrad_caps.backend import array_module, is_cupy_array, to_numpy
 from tinygrad_caps.tensor import Tensor
 
 STATISTICS = ("coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine", "grad_norm_sum",
@@ -24,12 +24,14 @@ _EPS = 1e-12
 
 def _values(t) -> np.ndarray:
     """A float64 NumPy copy of a Tensor's (or array's) values (for the small (B, I, J) and (B, J, D) ones)."""
-    return np.asarray(to_numpy(t.data) if isinstance(t, Tensor) else t, dtype=np.float64)
+    return np.asarray(to_numpy(t.data if isinstance(t, Tensor) else t), dtype=np.float64)
 
 
 def _native(t):
     """A Tensor's (or array's) NumPy/CuPy data as it is: u_hat-sized arrays are read in place, not copied."""
-    return t.data if isinstance(t, Tensor) else np.asarray(t)
+    if isinstance(t, Tensor):
+        return t.data
+    return t if is_cupy_array(t) else np.asarray(t)
 
 
 def _array_key(array) -> tuple:

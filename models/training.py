@@ -75,6 +75,11 @@ def batch_losses(model, x, y, reconstruction_weight, train: bool, traces=None):
     loss follows the model's ``conventions``. For a BaselineCNN the "margin" entries hold the
     per-example cross-entropy and the reconstruction entries are zero.
     """
+    with tc.backend.on_device(model.device):  # labels and predictions beside the model, whichever GPU is current
+        return _batch_losses(model, x, y, reconstruction_weight, train, traces)
+
+
+def _batch_losses(model, x, y, reconstruction_weight, train, traces):
     if isinstance(model, BaselineCNN):
         logits = model(tc.tensor(x, device=model.device))
         cross_entropy = tc.functional.cross_entropy(logits, y, reduction="none")
@@ -384,7 +389,9 @@ def train(config: dict, out_dir, resume: bool = False, show_progress: bool = Tru
     Writes ``config.json``, appends one line per epoch to ``metrics.jsonl``, and keeps
     ``checkpoints/last.npz`` (also on Ctrl-C, at the next batch boundary) and ``checkpoints/best.npz``.
     """
-    return Trainer(config, out_dir, resume, show_progress, log).run()
+    # The run's GPU is current while it trains (CuPy allocates on the current GPU) and no longer after.
+    with tc.backend.on_device(device_or_usage_error(config.get("device", "auto"))):
+        return Trainer(config, out_dir, resume, show_progress, log).run()
 
 
 def device_or_usage_error(device) -> str:

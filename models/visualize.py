@@ -104,7 +104,7 @@ def decode(model, v, classes) -> np.ndarray:
     config = model.config
     with tc.no_grad():
         v = tc.tensor(np.asarray(v, dtype=np.float32), device=model.device).astype(model.digit.weight.dtype)
-        mask = F.one_hot(v.xp.asarray(np.asarray(classes)), config["num_classes"], dtype=v.dtype)
+        mask = F.one_hot(tc.backend.asarray_like(np.asarray(classes), v.data), config["num_classes"], dtype=v.dtype)
         out = model.decoder(F.reshape(v * F.expand_dims(mask, -1), (v.shape[0], -1))).numpy()
     return out.reshape(len(out), config["in_channels"], config["image_size"], config["image_size"])
 

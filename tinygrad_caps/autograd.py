@@ -39,7 +39,7 @@ import weakref
 import numpy as np
 
 from ._parallel import add_into, binary
-from .backend import array_module, device_of, is_cupy_array, on_device_of
+from .backend import absolute_device_of, array_module, device_of, is_cupy_array, on_device_of
 from .errors import AnomalyError, DeviceError, GraphError, ShapeError
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -141,16 +141,18 @@ def _user_code_site() -> str:
 def _has_nonfinite(array) -> bool:
     if array.dtype.kind not in "fc":
         return False
-    return not bool(array_module(array).isfinite(array).all())
+    with on_device_of(array):
+        return not bool(array_module(array).isfinite(array).all())
 
 
 class _InputInfo:
-    """What a node remembers of an input it did not save: shape, dtype, device (no array)."""
+    """What a node remembers of an input it did not save: shape, dtype, device (no array). The
+    device is "cpu" or "cuda:N", never "cuda": backward may run while another GPU is current."""
 
     __slots__ = ("shape", "dtype", "device", "_op", "_index")
 
     def __init__(self, x, op, index):
-        self.shape, self.dtype, self.device = x.data.shape, x.data.dtype, device_of(x.data)
+        self.shape, self.dtype, self.device = x.data.shape, x.data.dtype, absolute_device_of(x.data)
         self._op, self._index = op, index
 
     @property
@@ -233,7 +235,8 @@ class Function:
         if state.grad_enabled:
             needs = tuple(x.requires_grad for x in inputs)
             if any(needs):
-                self._record(inputs, arrays, needs, out, y)
+                with on_device_of(y):  # keep_for_backward may compute (ReLU's mask) on the output's GPU
+                    self._record(inputs, arrays, needs, out, y)
         if profiler is not None:
             profiler.record_forward(self.name, start, y, arrays)
         return out
@@ -241,6 +244,8 @@ class Function:
     def _record(self, inputs, arrays, needs, out, y):
         self.sequence = next(_sequence_numbers)
         self.needs_grad = needs
+        # where backward runs: the GPU holding the output (CuPy computes on the current GPU)
+        self.output_device = y.device if type(y) is not np.ndarray and is_cupy_array(y) else None
         self.next = tuple(x.creator if x.creator is not None else (x if x.requires_grad else None) for x in inputs)
         keep = self.inputs_to_save(needs)
         if keep is None:
@@ -434,6 +439,13 @@ class _GradientBuffers:
         self.profiler.record_gradient_sum(GRADIENT_SUMS, start, after, created=after is not before)
 
     def _add(self, key, g):
+        if isinstance(g, Tensor):
+            with on_device_of(g.data):  # a gradient that crossed devices (.to) is summed where it lives
+                self._sum(key, g)
+        else:
+            self._sum(key, g)
+
+    def _sum(self, key, g):
         old = self.grads[key]
         if self.create_graph:
             self.grads[key] = old + g
@@ -491,6 +503,10 @@ class _GradAssigner:
         self.handed_out = {id(s.data) for s in seeds}  # the caller's seeds are never handed out
 
     def assign(self, tensor, g):
+        with on_device_of(tensor.data):  # .grad lives with its tensor, whatever GPU is current
+            self._assign(tensor, g)
+
+    def _assign(self, tensor, g):
         if tensor.grad is not None:
             if self.create_graph:
                 tensor.grad = tensor.grad + g
@@ -559,67 +575,71 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
         for fn in order:
             if needed is not None and id(fn) not in needed:
                 continue
-            gy = buffers.pop(id(fn))
-            if gy is None:
+            with _node_device(fn):  # the node's GPU is current while its gradient is handled
+                gy = buffers.pop(id(fn))
+                if gy is None:
+                    if pending:
+                        _finish_hooked_leaves(fn, pending, buffers, assigner)
+                    continue
+                if fn._hooks:
+                    buffers.settle()
+                    gy = _run_hooks(fn._hooks, gy)
+                if target_keys is not None:
+                    if id(fn) in target_keys:
+                        captured[id(fn)] = gy
+                else:
+                    out = fn._output()
+                    if out is not None and out._retains_grad:
+                        assigner.assign(out, gy)
+                fn.check_versions()
+                gy_array = gy.data
+                start = profiler.clock((gy_array,)) if profiler is not None else 0.0
+                previous_node, state.backward_node = state.backward_node, fn
+                try:
+                    gxs = fn.backward(gy)
+                finally:
+                    state.backward_node = previous_node
+                del gy
+                if not isinstance(gxs, tuple):
+                    gxs = (gxs,)
+                if state.anomaly:  # the checks below read every value
+                    gxs = tuple(_materialized(g) for g in gxs)
+                if profiler is not None:
+                    profiler.record_backward(fn.name, start, gxs, gy_array)
+                del gy_array
+                for x, gx, need, edge in zip(fn.inputs, gxs, fn.needs_grad, fn.next):
+                    if not need or gx is None or edge is None:
+                        continue
+                    if gx.shape != x.shape:
+                        raise GraphError(f"{fn.name}.backward returned a gradient of shape {gx.shape} "
+                                         f"for an input of shape {tuple(x.shape)}")
+                    if gx.dtype != x.dtype:
+                        gx = _materialized(gx).astype(x.dtype)
+                    if state.anomaly and _has_nonfinite(gx.data):
+                        raise AnomalyError(f"{fn.describe()} produced NaN or Inf in its backward "
+                                           f"(gradient of input {tuple(x.shape)})")
+                    if not isinstance(edge, Function):
+                        leaves[id(edge)] = edge
+                    buffers.add(id(edge), gx)
+                del gxs
                 if pending:
                     _finish_hooked_leaves(fn, pending, buffers, assigner)
-                continue
-            if fn._hooks:
-                buffers.settle()
-                gy = _run_hooks(fn._hooks, gy)
-            if target_keys is not None:
-                if id(fn) in target_keys:
-                    captured[id(fn)] = gy
-            else:
-                out = fn._output()
-                if out is not None and out._retains_grad:
-                    assigner.assign(out, gy)
-            fn.check_versions()
-            gy_array = gy.data
-            start = profiler.clock((gy_array,)) if profiler is not None else 0.0
-            previous_node, state.backward_node = state.backward_node, fn
-            try:
-                gxs = fn.backward(gy)
-            finally:
-                state.backward_node = previous_node
-            del gy
-            if not isinstance(gxs, tuple):
-                gxs = (gxs,)
-            if state.anomaly:  # the checks below read every value
-                gxs = tuple(_materialized(g) for g in gxs)
-            if profiler is not None:
-                profiler.record_backward(fn.name, start, gxs, gy_array)
-            del gy_array
-            for x, gx, need, edge in zip(fn.inputs, gxs, fn.needs_grad, fn.next):
-                if not need or gx is None or edge is None:
-                    continue
-                if gx.shape != x.shape:
-                    raise GraphError(f"{fn.name}.backward returned a gradient of shape {gx.shape} "
-                                     f"for an input of shape {tuple(x.shape)}")
-                if gx.dtype != x.dtype:
-                    gx = _materialized(gx).astype(x.dtype)
-                if state.anomaly and _has_nonfinite(gx.data):
-                    raise AnomalyError(f"{fn.describe()} produced NaN or Inf in its backward "
-                                       f"(gradient of input {tuple(x.shape)})")
-                if not isinstance(edge, Function):
-                    leaves[id(edge)] = edge
-                buffers.add(id(edge), gx)
-            del gxs
-            if pending:
-                _finish_hooked_leaves(fn, pending, buffers, assigner)
-            if not retain_graph:
-                fn.release()
+                if not retain_graph:
+                    fn.release()
         # What is left belongs to leaves, or (for grad()) to targets whose creator was not needed.
         buffers.settle()
         for key in list(buffers.grads):
-            g = buffers.pop(key)
-            if target_keys is None:
-                leaf = leaves.get(key)
-                if leaf is not None:
-                    assigner.assign(leaf, _run_hooks(leaf._hooks, g))
-                    _run_post_accumulate_hooks(leaf)
-            elif key in target_keys:
-                captured[key] = _run_hooks(target_keys[key]._hooks, g)
+            owner = leaves.get(key) if target_keys is None else target_keys.get(key)
+            if owner is None:
+                buffers.pop(key)
+                continue
+            with on_device_of(owner.data):  # its hooks run on its GPU, as the nodes' do
+                g = buffers.pop(key)
+                if target_keys is None:
+                    assigner.assign(owner, _run_hooks(owner._hooks, g))
+                    _run_post_accumulate_hooks(owner)
+                else:
+                    captured[key] = _run_hooks(owner._hooks, g)
     if targets is not None:
         result = []
         for t in targets:
@@ -641,6 +661,11 @@ def _pending_hooked_leaves(order):
             if need and edge is not None and not isinstance(edge, Function) and _post_hooks(edge):
                 counts[id(edge)] = counts.get(id(edge), 0) + 1
     return counts
+
+
+def _node_device(fn):
+    """A context making the GPU of ``fn``'s output current (nothing for the CPU)."""
+    return fn.output_device if fn.output_device is not None else contextlib.nullcontext()
 
 
 def _finish_hooked_leaves(fn, pending, buffers, assigner):

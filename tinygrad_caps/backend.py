@@ -23,6 +23,9 @@ from .errors import DeviceError
 # on_device_of(array): ``on_device`` for the device that holds ``array`` (CuPy allocates on the
 # current device); the kernels' own helper, which the launchers use for the same purpose.
 from .kernels.launch import device_context as on_device_of  # noqa: F401
+# absolute_device_of(array): "cpu" or "cuda:N" for the device holding ``array`` (never "cuda", whose
+# meaning changes with the current GPU)
+from .kernels.launch import device_name as absolute_device_of  # noqa: F401
 
 DEVICES = ("cpu", "cuda")  # and "cuda:N"
 
@@ -110,6 +113,14 @@ def cuda_index(device: str) -> int:
     return current_cuda_device() if index is None else index
 
 
+def absolute_device(device) -> str:
+    """``"cpu"`` or ``"cuda:N"`` for a device name: unlike the canonical ``"cuda"``, it names the
+    same GPU whichever GPU is current later (an op that runs inside another GPU's context needs
+    this). DeviceError as ``normalize_device``."""
+    device = normalize_device(device)
+    return device if device == "cpu" else f"cuda:{cuda_index(device)}"
+
+
 def on_device(device: str):
     """A ``with`` context in which CuPy allocates and launches on ``device`` (a canonical name, as
     from ``normalize_device``); for "cpu", a context that does nothing."""
@@ -172,6 +183,13 @@ def to_device(array, device: str):
     if is_cupy_array(array):
         return array.get()
     return np.asarray(array)
+
+
+def asarray_like(data, like, dtype=None):
+    """``data`` (a list, NumPy or CuPy array) as an array on the device of the array ``like``,
+    copied only when it moves or changes dtype (CuPy would put it on the current GPU)."""
+    with on_device_of(like):
+        return array_module(like).asarray(data, dtype=dtype)
 
 
 def to_numpy(array) -> np.ndarray:

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import backend, random
-from .tensor import Tensor, get_default_dtype
+from .tensor import Tensor, get_default_dtype, leaf
 
 
 def _make(array, device, requires_grad):
-    return Tensor(backend.to_device(array, backend.normalize_device(device)), requires_grad=requires_grad)
+    return leaf(backend.to_device(array, backend.normalize_device(device)), requires_grad)
 
 
 def _dtype(dtype):
@@ -20,9 +20,9 @@ def _filled_on_device(shape, value, dtype, device, requires_grad):
     device = backend.normalize_device(device)
     xp = backend.module_for(device)
     if xp is np:
-        return Tensor(np.full(shape, value, _dtype(dtype)), requires_grad=requires_grad)
+        return leaf(np.full(shape, value, _dtype(dtype)), requires_grad)
     with backend.on_device(device):
-        return Tensor(xp.full(shape, value, _dtype(dtype)), requires_grad=requires_grad)
+        return leaf(xp.full(shape, value, _dtype(dtype)), requires_grad)
 
 
 def zeros(shape, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -43,13 +43,13 @@ def full(shape, value, dtype=None, device=None, requires_grad=False) -> Tensor:
 def zeros_like(t: Tensor, requires_grad=False) -> Tensor:
     """Zeros with the shape, dtype and device of ``t``."""
     with backend.on_device_of(t.data):
-        return Tensor(t.xp.zeros(t.shape, t.dtype), requires_grad=requires_grad)
+        return leaf(t.xp.zeros(t.shape, t.dtype), requires_grad)
 
 
 def ones_like(t: Tensor, requires_grad=False) -> Tensor:
     """Ones with the shape, dtype and device of ``t``."""
     with backend.on_device_of(t.data):
-        return Tensor(t.xp.ones(t.shape, t.dtype), requires_grad=requires_grad)
+        return leaf(t.xp.ones(t.shape, t.dtype), requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:

@@ -395,9 +395,19 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
     if isinstance(data, Tensor):
         data = data.data
     array = _as_array(data, dtype, device)
-    if array is data or (isinstance(data, np.ndarray) and np.shares_memory(array, data)):
+    # (a CuPy array never shares NumPy's memory; CuPy's shares_memory would refuse the NumPy operand)
+    if array is data or (type(array) is np.ndarray and isinstance(data, np.ndarray) and np.shares_memory(array, data)):
         array = array.copy()
-    return Tensor(array, requires_grad=requires_grad)
+    return leaf(array, requires_grad)
+
+
+def leaf(array, requires_grad=False) -> Tensor:
+    """A leaf Tensor around ``array`` (NumPy or CuPy, no copy), on the device that holds it.
+    (``Tensor(array)`` would send a NumPy array to the default device, a GPU where there is one.)"""
+    out = Tensor._wrap(array)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
 
 
 _CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
@@ -439,15 +449,16 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
         return value
     if like is not None:
         xp = like.xp
-        if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
-            return Tensor._wrap(xp.asarray(value, dtype=zero_dim_dtype(value.dtype, like)))
-        if isinstance(value, numbers.Number):
-            return Tensor._wrap(xp.asarray(value, dtype=_scalar_dtype(value, like.dtype)))
-        if isinstance(value, np.ndarray) and xp is not np:
+        if isinstance(value, np.ndarray) and value.ndim > 0 and xp is not np:
             raise backend.DeviceError(
                 f"operands are on different devices: cpu (a NumPy array) and {like.device}; move them with .to(device) first"
             )
-        return Tensor._wrap(xp.asarray(value))
+        with backend.on_device_of(like.data):  # beside a tensor on another GPU than the current one
+            if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+                return Tensor._wrap(xp.asarray(value, dtype=zero_dim_dtype(value.dtype, like)))
+            if isinstance(value, numbers.Number):
+                return Tensor._wrap(xp.asarray(value, dtype=_scalar_dtype(value, like.dtype)))
+            return Tensor._wrap(xp.asarray(value))
     if isinstance(value, np.ndarray) or backend.is_cupy_array(value):
         return Tensor._wrap(value)
     return Tensor(value)

@@ -1,6 +1,7 @@
 """Module and Parameter: containers that find their parameters, move them, and save/load them."""
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -77,12 +78,20 @@ class Module:
             replaced = hook(self, args)
             if replaced is not None:
                 args = replaced if isinstance(replaced, tuple) else (replaced,)
-        output = self.forward(*args, **kwargs)
+        with self._forward_device():
+            output = self.forward(*args, **kwargs)
         for hook in list(self.__dict__.get("_forward_hooks", {}).values()):
             replaced = hook(self, args, output)
             if replaced is not None:
                 output = replaced
         return output
+
+    def _forward_device(self):
+        """The GPU holding this module's first parameter, made current while its forward runs: a
+        forward that makes arrays itself (a label mask, routing logits) makes them beside the
+        parameters even when another GPU is current. Nothing for a module on the CPU."""
+        first = next(self.parameters(), None)
+        return backend.on_device_of(first.data) if first is not None else contextlib.nullcontext()
 
     def register_forward_pre_hook(self, hook) -> "RemovableHandle":
         """Call ``hook(module, inputs)`` before every ``forward`` (``inputs``: the positional arguments,

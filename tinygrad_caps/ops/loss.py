@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import array_module
+from ..backend import array_module, asarray_like, on_device_of
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 from ._common import constant
@@ -56,9 +56,11 @@ def one_hot(labels, num_classes: int, dtype=np.float32) -> Tensor:
     if data.dtype.kind not in "iu":
         raise ValueError(f"one_hot: labels must be integers, got {data.dtype}")
     xp = array_module(data)
-    if data.size and (int(data.min()) < 0 or int(data.max()) >= num_classes):
-        raise ValueError(f"one_hot: labels must lie in [0, {num_classes}), got range [{int(data.min())}, {int(data.max())}]")
-    return Tensor._wrap((data[..., None] == xp.arange(num_classes)).astype(dtype))
+    with on_device_of(data):  # CuPy computes on the current GPU
+        low, high = (int(data.min()), int(data.max())) if data.size else (0, 0)
+        if low < 0 or high >= num_classes:
+            raise ValueError(f"one_hot: labels must lie in [0, {num_classes}), got range [{low}, {high}]")
+        return Tensor._wrap((data[..., None] == xp.arange(num_classes)).astype(dtype))
 
 
 def cross_entropy(logits, target, reduction: str = "mean") -> Tensor:
@@ -71,8 +73,8 @@ def cross_entropy(logits, target, reduction: str = "mean") -> Tensor:
     if data.dtype.kind in "iu":
         if data.shape != logits.shape[:1]:
             raise ShapeError(f"cross_entropy: class indices of shape {data.shape} do not fit logits {logits.shape}")
-        weights = one_hot(Tensor._wrap(logits.xp.asarray(data)), logits.shape[1], logits.dtype)
+        weights = one_hot(Tensor._wrap(asarray_like(data, logits.data)), logits.shape[1], logits.dtype)
     else:
-        weights = target if isinstance(target, Tensor) else constant(logits.xp.asarray(data, dtype=logits.dtype))
+        weights = target if isinstance(target, Tensor) else constant(asarray_like(data, logits.data, logits.dtype))
         _same_shape("cross_entropy", logits, weights)
     return _reduce(-reduce_sum(weights * log_p, axis=1), reduction, "cross_entropy")

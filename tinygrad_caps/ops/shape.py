@@ -168,10 +168,11 @@ class ToDevice(Function):
     save_inputs = ()
 
     def __init__(self, device):
-        self.device = device
+        # "cuda:N", not "cuda": forward runs with the input's GPU current, where "cuda" means that GPU
+        self.target = backend.absolute_device(device)
 
     def forward(self, x):
-        return backend.to_device(x, self.device)
+        return backend.to_device(x, self.target)
 
     def backward(self, gy):
         return ToDevice(self.inputs[0].device)(gy)

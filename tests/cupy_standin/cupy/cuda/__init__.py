@@ -1,0 +1,260 @@
+"""``cupy.cuda`` of the CPU stand-in: devices, streams, events, memory hooks and RawModule."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import numpy
+
+from .. import DEVICE_COUNT, _current_device, _local, ndarray
+from . import compiler, runtime  # noqa: F401
+
+
+def is_available() -> bool:
+    return DEVICE_COUNT > 0
+
+
+class Device:
+    """A stand-in GPU. ``with Device(n):`` makes it current for this thread and restores the one
+    before; ``use()`` makes it current."""
+
+    def __init__(self, device=None):
+        self.id = _current_device() if device is None else int(device)
+        if not 0 <= self.id < DEVICE_COUNT:
+            raise runtime.CUDARuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {self.id}")
+        self._previous = []
+
+    compute_capability = property(lambda self: "90")
+
+    def use(self):
+        _local.device = self.id
+
+    def synchronize(self):
+        pass
+
+    def __enter__(self):
+        self._previous.append(_current_device())
+        _local.device = self.id
+        return self
+
+    def __exit__(self, *exc):
+        _local.device = self._previous.pop()
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return f"<CUDA Device {self.id}>"
+
+
+class Stream:
+    """A stream: everything here runs at once, so it only remembers what is current."""
+
+    null = None
+
+    def __init__(self, null=False, non_blocking=False, ptr=None):
+        self.ptr = 0 if null else id(self)
+        self.device_id = _current_device()
+        self._previous = []
+
+    def use(self):
+        _local.stream = self
+        return self
+
+    def synchronize(self):
+        pass
+
+    def wait_event(self, event):
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_event takes a cupy.cuda.Event, got {type(event)}")
+
+    def record(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def __enter__(self):
+        self._previous.append(get_current_stream())
+        _local.stream = self
+        return self
+
+    def __exit__(self, *exc):
+        _local.stream = self._previous.pop()
+
+
+Stream.null = Stream(null=True)
+
+
+def get_current_stream(device_id=None):
+    return getattr(_local, "stream", None) or Stream.null
+
+
+class Event:
+    """An event timed by the host clock (work here is synchronous)."""
+
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        self.disable_timing = disable_timing
+        self._time = None
+
+    def record(self, stream=None):
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"record takes a cupy.cuda.Stream, got {type(stream)}")
+        self._time = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    done = property(lambda self: True)
+
+
+def get_elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds between two recorded events (CUDA refuses events without timing, as here)."""
+    if start.disable_timing or end.disable_timing or start._time is None or end._time is None:
+        raise runtime.CUDARuntimeError("cudaErrorInvalidResourceHandle: an event without timing or never recorded")
+    return (end._time - start._time) * 1e3
+
+
+class MemoryPointer:
+    def __init__(self, ptr, device_id):
+        self.ptr, self.device_id = ptr, device_id
+
+
+# ----- memory pool and hooks -----
+_hooks = threading.local()
+
+
+class MemoryHook:
+    """Base class of memory hooks: within ``with hook:``, ``malloc_postprocess(**info)`` and
+    ``free_postprocess(**info)`` see every array made or freed (info: device_id, mem_size, mem_ptr)."""
+
+    name = "MemoryHook"
+
+    def __enter__(self):
+        if not hasattr(_hooks, "active"):
+            _hooks.active = []
+        _hooks.active.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _hooks.active.remove(self)
+
+    def malloc_preprocess(self, **info):
+        pass
+
+    def malloc_postprocess(self, **info):
+        pass
+
+    def free_preprocess(self, **info):
+        pass
+
+    def free_postprocess(self, **info):
+        pass
+
+
+def _memory_event(kind, device, size, pointer):
+    for hook in list(getattr(_hooks, "active", ())):
+        info = dict(device_id=device, mem_size=size, mem_ptr=pointer, pmem_id=0)
+        if kind == "malloc":
+            hook.malloc_preprocess(device_id=device, size=size, mem_size=size)
+            hook.malloc_postprocess(**info)
+        else:
+            hook.free_preprocess(**info)
+            hook.free_postprocess(**info)
+
+
+class MemoryPool:
+    def used_bytes(self):
+        from .. import _live, _pool_lock
+
+        with _pool_lock:
+            return sum(size for device, size in _live.values() if device == _current_device())
+
+    total_bytes = used_bytes
+
+    def free_bytes(self):
+        return 0
+
+    def free_all_blocks(self, stream=None):
+        pass
+
+    def set_limit(self, size=None, fraction=None):
+        pass
+
+
+_POOL = MemoryPool()
+
+
+def set_allocator(allocator=None):
+    pass
+
+
+def set_pinned_memory_allocator(allocator=None):
+    pass
+
+
+# ----- RawModule: our kernels on the CPU emulation -----
+_emulator = None
+_emulator_lock = threading.Lock()
+
+
+def _emulator_instance():
+    global _emulator
+    with _emulator_lock:
+        if _emulator is None:
+            from tinygrad_caps.kernels.emulation import Emulator
+
+            _emulator = Emulator()
+        return _emulator
+
+
+class RawKernel:
+    def __init__(self, name, code):
+        self.name, self._code = name, code
+
+    def __call__(self, grid, block, args, *, shared_mem=0, stream=None, enable_cooperative_groups=False):
+        from tinygrad_caps.kernels.launch import KernelLaunch
+
+        device = _current_device()
+        host_args = []
+        for k, arg in enumerate(args):
+            if isinstance(arg, ndarray):
+                if arg._device != device:
+                    raise runtime.CUDARuntimeError(f"cudaErrorIllegalAddress: {self.name} argument {k} lives on "
+                                                   f"GPU {arg._device}, the launch runs on GPU {device}")
+                host_args.append(arg._a)
+            elif isinstance(arg, numpy.ndarray):
+                raise TypeError(f"Unsupported type {type(arg)} ({self.name} argument {k})")
+            elif isinstance(arg, numpy.generic):
+                host_args.append(arg)
+            else:
+                # CuPy would pass a Python int as 64 bits and a float as a double, whatever the
+                # kernel's parameter type: refuse what would be read wrongly on the GPU
+                raise TypeError(f"{self.name} argument {k} is a Python {type(arg).__name__}; "
+                                f"pass a sized NumPy scalar (numpy.int32, numpy.float32...)")
+        grid = tuple(grid) if isinstance(grid, tuple) else (grid,)
+        block = tuple(block) if isinstance(block, tuple) else (block,)
+        _emulator_instance()(KernelLaunch("standin", self.name, grid, block, tuple(host_args), (), int(shared_mem)))
+
+
+class RawModule:
+    def __init__(self, code=None, path=None, options=(), backend="nvrtc", translate_cucomplex=False,
+                 enable_cooperative_groups=False, name_expressions=None, log_stream=None, jitify=False):
+        if code is None:
+            raise NotImplementedError("the stand-in compiles code=... only")
+        if not isinstance(options, tuple) or not all(isinstance(o, str) for o in options):
+            raise TypeError(f"RawModule options must be a tuple of str, got {options!r}")
+        self.code, self.options = code, options
+        self._kernels = set(re.findall(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)',
+                                       code))
+
+    def compile(self, log_stream=None):
+        _emulator_instance().libraries()
+
+    def get_function(self, name):
+        if name not in self._kernels:
+            raise runtime.CUDARuntimeError(f"cudaErrorNotFound: named symbol {name!r} not found in this module")
+        return RawKernel(name, self.code)

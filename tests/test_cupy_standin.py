@@ -1,0 +1,53 @@
+"""The GPU code path without a GPU: the GPU tests and a training run under the CPU stand-in for
+CuPy (``tests/cupy_standin``: NumPy arrays that refuse what CuPy refuses, our kernels on the CPU
+emulation, two stand-in GPUs). Each run is a process of its own, with the stand-in first on the
+path. It catches what only a GPU run would show otherwise: an implicit copy to NumPy, an array
+made on the current GPU instead of its tensor's, a kernel argument of the wrong width."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+STANDIN = TESTS / "cupy_standin"
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the kernels' CPU emulation needs g++")
+
+
+def run_standin(args, cwd=TESTS.parent, timeout=300):
+    env = dict(os.environ, CUPY_STANDIN_DEVICES="2", TINYGRAD_CAPS_REQUIRE_GPU="1",
+               PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    env.pop("TINYGRAD_CAPS_DEVICE", None)
+    result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
+    return result.stdout
+
+
+def passed_count(output: str) -> int:
+    found = re.search(r"(\d+) passed", output)
+    assert found and " failed" not in output and " error" not in output, output[-3000:]
+    return int(found.group(1))
+
+
+def test_the_stand_in_refuses_what_cupy_refuses():
+    assert run_standin([str(TESTS / "standin_scenarios.py"), "standin_refuses_what_cupy_refuses"]).strip() == "ok"
+
+
+def test_gpu_op_and_device_tests_pass_on_two_stand_in_gpus():
+    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu_ops.py",
+                          "tests/test_devices.py", "-k", "not nccl"])
+    assert passed_count(output) >= 30  # every gpu test ran (a skip would not count)
+
+
+def test_gpu_kernel_tests_pass_on_the_stand_in_at_small_shapes():
+    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu_kernels.py",
+                          "-k", "shape0 or shape3 or case0 or switch"])
+    assert passed_count(output) == 9
+
+
+def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):
+    assert run_standin([str(TESTS / "standin_scenarios.py"), "train_on_the_second_gpu", str(tmp_path)]).strip() == "ok"
