@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 import tinygrad_caps as tc
+import tinygrad_caps.functional as F
 from tinygrad_caps.kernels import launch
 from tinygrad_caps.models.training import batch_losses, load_checkpoint_model, train
 
@@ -39,6 +40,25 @@ def standin_refuses_what_cupy_refuses(_):
     expect(TypeError, lambda: kernel((1,), (32,), (a, a, 3)), "a Python int kernel argument")
     expect(Exception, lambda: cupy.RawModule(code="").get_function("im2col_i32_f32"), "a kernel missing from its module")
     assert isinstance(a.sum(), cupy.ndarray)  # reductions stay on the device, as in CuPy
+    print("ok")
+
+
+def tensor_api_on_the_second_gpu(_):
+    """Tensor methods that compute outside an op (comparisons, in-place updates, printing) on a
+    tensor of GPU 1 while GPU 0 is current; factories keep "cpu" on the CPU."""
+    tc.backend.use_device("cuda:0")
+    assert tc.zeros(2, device="cpu").device == "cpu" and tc.tensor(np.ones(2), device="cpu").device == "cpu"
+    x = tc.tensor(np.arange(6.0).reshape(2, 3), device="cuda:1", requires_grad=True)
+    assert (x > 2).sum().item() == 3 and x.to("cuda:0").data.device.id == 0 and x.to("cuda").device == "cuda"
+    (F.relu(x - 1.0) * 2).sum().backward()
+    assert x.grad.data.device.id == 1 and x.grad.numpy().tolist() == [[0, 0, 2], [2, 2, 2]]
+    with tc.no_grad():
+        x.add_(1.0, alpha=2)
+        x.mul_(tc.tensor(np.full(3, 2.0), device="cuda:1"))
+        assert x.numpy().tolist() == [[4, 6, 8], [10, 12, 14]]
+        x.copy_(np.ones((2, 3)))
+        x.fill_(3.0)
+    assert "cuda:1" in repr(x) and float(x.sum()) == 18.0 and x.data.device.id == 1
     print("ok")
 
 
@@ -74,7 +94,52 @@ def train_on_the_second_gpu(folder):
     print("ok")
 
 
-SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, train_on_the_second_gpu)}
+def nccl_one_rank(_):
+    """The NCCL path on one rank: every collective's pointer, count and datatype are checked by the
+    stand-in's NCCL (complex sums as their real view, unsigned and 64-bit types, a transposed
+    view), and DDP's bucketed all-reduce on its own stream leaves one step equal to a plain one."""
+    import cupy
 
-if __name__ == "__main__":
-    SCENARIOS[sys.argv[1]](sys.argv[2] if len(sys.argv) > 2 else None)
+    import tinygrad_caps.distributed as dist
+    from tinygrad_caps.models.capsnet import CapsNet
+
+    dist.init(backend="nccl")
+    assert dist.get_backend() == "nccl" and dist.world_size() == 1
+    x = cupy.full((3, 5), 2.0, dtype=cupy.float32)
+    dist.all_reduce(x)
+    t = tc.tensor(cupy.arange(6, dtype=cupy.float64).reshape(2, 3), device="cuda")
+    dist.all_reduce(t, op="mean")
+    assert float(x[0, 0]) == 2.0 and t.numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    view = cupy.ones((4, 3), dtype=cupy.float32).T
+    dist.broadcast(view, root=0)
+    for dtype, op in ((cupy.complex128, "sum"), (cupy.uint32, "max"), (cupy.int64, "min"), (cupy.uint64, "sum")):
+        values = cupy.arange(5).astype(dtype)
+        dist.all_reduce(values, op=op)
+        assert values.tolist() == list(range(5)), (dtype, op)
+
+    def one_step(model):
+        optimizer = tc.optim.Adam(model.parameters(), lr=1e-3)
+        images = np.random.default_rng(2).random((4, 1, 10, 10)).astype(np.float32)
+        batch_losses(model, images, np.array([0, 1, 2, 0]), 0.0005, train=True)[0].backward()
+        optimizer.step()
+        module = model.module if isinstance(model, dist.DistributedDataParallel) else model
+        return [p.numpy() for p in module.parameters()]
+
+    def tiny_model():
+        tc.manual_seed(0)
+        return CapsNet(in_channels=1, image_size=10, num_classes=3, **TINY_MODEL).to(device="cuda")
+
+    ddp = dist.DistributedDataParallel(tiny_model(), bucket_mb=0.001)
+    assert len(ddp.buckets) > 2
+    for got, want in zip(one_step(ddp), one_step(tiny_model())):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    dist.finalize()
+    print("ok")
+
+
+SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, tensor_api_on_the_second_gpu,
+                                     train_on_the_second_gpu, nccl_one_rank)}
+
+if __name__ == "__main__":  # NAME[,NAME...] [DIR]
+    for name in sys.argv[1].split(","):
+        SCENARIOS[name](sys.argv[2] if len(sys.argv) > 2 else None)

@@ -33,8 +33,10 @@ def passed_count(output: str) -> int:
     return int(found.group(1))
 
 
-def test_the_stand_in_refuses_what_cupy_refuses():
-    assert run_standin([str(TESTS / "standin_scenarios.py"), "standin_refuses_what_cupy_refuses"]).strip() == "ok"
+def test_the_stand_in_refuses_what_cupy_refuses_and_tensors_stay_on_their_gpu():
+    output = run_standin([str(TESTS / "standin_scenarios.py"),
+                          "standin_refuses_what_cupy_refuses,tensor_api_on_the_second_gpu"])
+    assert output.split() == ["ok", "ok"]
 
 
 def test_gpu_op_and_device_tests_pass_on_two_stand_in_gpus():
@@ -51,3 +53,7 @@ def test_gpu_kernel_tests_pass_on_the_stand_in_at_small_shapes():
 
 def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):
     assert run_standin([str(TESTS / "standin_scenarios.py"), "train_on_the_second_gpu", str(tmp_path)]).strip() == "ok"
+
+
+def test_nccl_collectives_and_ddp_on_one_stand_in_rank():
+    assert run_standin([str(TESTS / "standin_scenarios.py"), "nccl_one_rank"]).strip() == "ok"

@@ -238,7 +238,7 @@ class Tensor:
             raise GraphError(f"{op}: in-place update of a tensor that is part of a graph "
                              f"(shape {self.shape}); in-place ops record no graph, use the out-of-place op")
         if not isinstance(self.data, np.ndarray) and not backend.is_cupy_array(self.data):
-            self.data = self.xp.asarray(self.data)  # a NumPy scalar (a full reduction's result)
+            self.data = np.asarray(self.data)  # a NumPy scalar (a full reduction's result)
         flags = getattr(self.data, "flags", None)
         if flags is not None and not flags.writeable:
             raise ValueError(f"{op}: this tensor's data (shape {self.shape}) is a read-only array")
@@ -264,7 +264,8 @@ class Tensor:
         """Copy ``src`` (Tensor, array or number broadcasting to this shape) into this tensor; returns self."""
         self._check_inplace("copy_")
         src = self._operand_array("copy_", src)
-        self.xp.copyto(self.data, self.xp.asarray(src), casting="unsafe")
+        with backend.on_device_of(self.data):  # CuPy computes on the current GPU
+            self.xp.copyto(self.data, self.xp.asarray(src), casting="unsafe")
         self._bump_version()
         return self
 
@@ -275,7 +276,8 @@ class Tensor:
     def fill_(self, value) -> "Tensor":
         """Set every element to the number ``value``; returns self."""
         self._check_inplace("fill_")
-        self.data.fill(value)
+        with backend.on_device_of(self.data):
+            self.data.fill(value)
         self._bump_version()
         return self
 
@@ -283,16 +285,19 @@ class Tensor:
         """self += alpha * other (other broadcasts to this shape); returns self."""
         self._check_inplace("add_")
         other = self._operand_array("add_", other)
-        if alpha != 1:
-            other = other * alpha
-        self.data += other
+        with backend.on_device_of(self.data):
+            if alpha != 1:
+                other = other * alpha
+            self.data += other
         self._bump_version()
         return self
 
     def mul_(self, other) -> "Tensor":
         """self *= other (other broadcasts to this shape); returns self."""
         self._check_inplace("mul_")
-        self.data *= self._operand_array("mul_", other)
+        other = self._operand_array("mul_", other)
+        with backend.on_device_of(self.data):
+            self.data *= other
         self._bump_version()
         return self
 
@@ -343,7 +348,8 @@ class Tensor:
     # comparisons: not differentiable, return boolean tensors
     def _compare(self, other, op):
         other = other.data if isinstance(other, Tensor) else other
-        return Tensor._wrap(op(self.data, other))
+        with backend.on_device_of(self.data):
+            return Tensor._wrap(op(self.data, other))
 
     def __lt__(self, other): return self._compare(other, lambda a, b: a < b)
     def __le__(self, other): return self._compare(other, lambda a, b: a <= b)

@@ -50,6 +50,15 @@ def _current_device() -> int:
     return getattr(_local, "device", 0)
 
 
+def _allocation_of(pointer: int):
+    """(device, start, bytes) of the live array whose memory holds ``pointer``, or None."""
+    with _pool_lock:
+        for start, (device, nbytes) in _allocations.items():
+            if start <= pointer < start + max(nbytes, 1):
+                return device, start, nbytes
+    return None
+
+
 def _device_error(array_device, current):
     return ValueError(f"Array device must be same as the current device: array device = {array_device} "
                       f"while current = {current}")
@@ -126,6 +135,7 @@ def _call(function, name, args, kwargs):
 # ----- memory accounting: every new array is one pool allocation -----
 _pool_lock = threading.Lock()
 _live = {}  # id(numpy array) -> (device, size)
+_allocations = {}  # data pointer -> (device, bytes): what a raw pointer (NCCL's arguments) points into
 
 
 def _pool_size(nbytes: int) -> int:
@@ -137,16 +147,18 @@ def _track(array: numpy.ndarray, device: int) -> None:
         return
     size = _pool_size(array.nbytes)
     key = id(array)
+    pointer = array.ctypes.data
     with _pool_lock:
         _live[key] = (device, size)
+        _allocations[pointer] = (device, array.nbytes)
     from .cuda import _memory_event
 
-    _memory_event("malloc", device, size, array.ctypes.data)
-    pointer = array.ctypes.data
+    _memory_event("malloc", device, size, pointer)
 
     def free():
         with _pool_lock:
             _live.pop(key, None)
+            _allocations.pop(pointer, None)
         _memory_event("free", device, size, pointer)
 
     weakref.finalize(array, free)
