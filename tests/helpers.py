@@ -98,3 +98,21 @@ def routing_and_conv_gradients(u_shape, w_shape, w_scale, x_shape, k_shape, devi
     grads = tc.grad(loss, [u, w, x, k], create_graph=True)
     second = tc.grad(sum((g * g).sum() for g in grads), [u, w, x, k])
     return [loss.numpy()] + [g.numpy() for g in grads + second]
+
+
+def run_with_group_timeout(args, timeout, **kwargs):
+    """``subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)``, except that
+    a timeout kills the whole process group: killing ``mpirun`` alone leaves its ranks running."""
+    import os
+    import signal
+    import subprocess
+
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            raise subprocess.TimeoutExpired(args, timeout, output=stdout, stderr=stderr) from None
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)

@@ -6,11 +6,12 @@ made on the current GPU instead of its tensor's, a kernel argument of the wrong 
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import run_with_group_timeout
 
 TESTS = Path(__file__).resolve().parent
 STANDIN = TESTS / "cupy_standin"
@@ -22,7 +23,7 @@ def run_standin(args, cwd=TESTS.parent, timeout=300):
     env = dict(os.environ, CUPY_STANDIN_DEVICES="2", TINYGRAD_CAPS_REQUIRE_GPU="1",
                PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
     env.pop("TINYGRAD_CAPS_DEVICE", None)
-    result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    result = run_with_group_timeout([sys.executable, *args], timeout, cwd=cwd, env=env)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
     return result.stdout
 

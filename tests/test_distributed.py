@@ -20,7 +20,8 @@ import tinygrad_caps.distributed as dist
 from tinygrad_caps.data import BatchIterator
 from tinygrad_caps.distributed.launch import mpi_available, mpirun_command
 
-from helpers import arrays, check_both, gpu_count, metrics_without_times as metric_lines, on_grid, shapes, write_striped_dataset
+from helpers import (arrays, check_both, gpu_count, metrics_without_times as metric_lines, on_grid,
+                     run_with_group_timeout, shapes, write_striped_dataset)
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 MPI_OK, MPI_WHY = mpi_available()
@@ -37,8 +38,7 @@ def single_thread_env():
 
 
 def mpirun(args, processes=2, timeout=240, cwd=None):
-    return subprocess.run(mpirun_command(processes) + args, capture_output=True, text=True, timeout=timeout,
-                          env=single_thread_env(), cwd=cwd)
+    return run_with_group_timeout(mpirun_command(processes) + args, timeout, env=single_thread_env(), cwd=cwd)
 
 
 def run_scenario(name, processes=2, timeout=240):
@@ -272,7 +272,7 @@ def train_command(data_dir, out, *extra):
 
 
 def run_single(args, timeout=240):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=single_thread_env())
+    return run_with_group_timeout(args, timeout, env=single_thread_env())
 
 
 def assert_metrics_close(a, b, tolerance=1e-10):
@@ -373,7 +373,7 @@ def test_train_distributed_a_rank_without_its_data_ends_every_rank(tiny_data, tm
     good = train_command(tiny_data, tmp_path / "run", "--epochs", "1", "--distributed")
     bad = train_command(tmp_path / "nothing-here", tmp_path / "run", "--epochs", "1", "--distributed")
     command = mpirun_command(1) + good + [":", "-n", "1"] + bad
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=single_thread_env())
+    done = run_with_group_timeout(command, 120, env=single_thread_env())
     assert done.returncode == 2, done.stdout + done.stderr
     assert "[rank 1] tinygrad-caps train: error: dataset 'tiny' not found" in done.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
