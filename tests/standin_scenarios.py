@@ -52,6 +52,9 @@ def tensor_api_on_the_second_gpu(_):
     assert (x > 2).sum().item() == 3 and x.to("cuda:0").data.device.id == 0 and x.to("cuda").device == "cuda"
     (F.relu(x - 1.0) * 2).sum().backward()
     assert x.grad.data.device.id == 1 and x.grad.numpy().tolist() == [[0, 0, 2], [2, 2, 2]]
+    x.grad = None
+    x[np.array([1, 1, 0]), [0, 0, 2]].sum().backward()  # index arrays uploaded beside x; repeats accumulate
+    assert x.grad.numpy().tolist() == [[0, 0, 1], [2, 0, 0]]
     with tc.no_grad():
         x.add_(1.0, alpha=2)
         x.mul_(tc.tensor(np.full(3, 2.0), device="cuda:1"))

@@ -46,9 +46,11 @@ class Profile:
 
     # ----- called by the engine -----
     def clock(self, arrays=()) -> float:
-        """The time now, after the GPU finished its queued work if ``cuda_sync`` and an array is on CUDA."""
-        if self.cuda_sync and any(is_cupy_array(a) for a in arrays):
-            cupy_module().cuda.get_current_stream().synchronize()
+        """The time now, after the GPUs holding ``arrays`` finished their queued work if ``cuda_sync``."""
+        if self.cuda_sync:
+            for device_id in {a.device.id for a in arrays if is_cupy_array(a)}:
+                with cupy_module().cuda.Device(device_id):  # that GPU's current stream, not this one's
+                    cupy_module().cuda.get_current_stream().synchronize()
         return time.perf_counter()
 
     def _entry(self, name):

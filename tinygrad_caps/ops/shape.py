@@ -46,8 +46,8 @@ def _is_basic_index(index) -> bool:
                for i in items)
 
 
-def _normalize_index(index, xp):
-    """Tensors become arrays, lists become integer/bool arrays, all on the data's device."""
+def _normalize_index(index, data):
+    """Tensors become arrays, lists become integer/bool arrays, all on the device of ``data``."""
     items = index if isinstance(index, tuple) else (index,)
     out = []
     for i in items:
@@ -58,7 +58,7 @@ def _normalize_index(index, xp):
         if isinstance(i, np.ndarray) or backend.is_cupy_array(i):
             if i.dtype.kind not in "biu":
                 raise IndexError(f"getitem: index arrays must be integer or boolean, got {i.dtype}")
-            i = xp.asarray(i)
+            i = backend.asarray_like(i, data)
         out.append(i)
     return tuple(out)
 
@@ -253,7 +253,7 @@ def getitem(x, index) -> Tensor:
     The gradient scatters back with addition, so repeated integer indices accumulate.
     """
     x = as_tensor(x)
-    return GetItem(_normalize_index(index, x.xp))(x)
+    return GetItem(_normalize_index(index, x.data))(x)
 
 
 def concatenate(tensors, axis: int = 0) -> Tensor:
