@@ -14,7 +14,7 @@ import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
-from tinygrad_caps.backend import array_module, is_cupy_array, to_numpy
+from tinygrad_caps.backend import array_module, is_cupy_array, on_device_of, to_numpy
 from tinygrad_caps.tensor import Tensor
 
 STATISTICS = ("coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine", "grad_norm_sum",
@@ -44,7 +44,8 @@ def prediction_lengths(u_hat):
     """|u_hat[b, i, j]| (B, I, J), on u_hat's device and in its dtype."""
     u = _native(u_hat)
     xp = array_module(u)
-    return xp.sqrt(xp.einsum("bijd,bijd->bij", u, u))
+    with on_device_of(u):
+        return xp.sqrt(xp.einsum("bijd,bijd->bij", u, u))
 
 
 def coupling_entropy(c) -> float:
@@ -55,14 +56,17 @@ def coupling_entropy(c) -> float:
     if c.shape[-1] < 2:
         return 0.0  # with one output capsule the coupling is always one-hot
     xp = array_module(c)
-    # c log c -> 0 as c -> 0: clamping c inside the log to the smallest normal number gives 0 * finite.
-    c_log_c = c * xp.log(xp.maximum(c, np.finfo(c.dtype).tiny))
-    return float(-c_log_c.sum(axis=-1).mean(dtype=np.float64) / math.log(c.shape[-1]))
+    with on_device_of(c):
+        # c log c -> 0 as c -> 0: clamping c inside the log to the smallest normal number gives 0 * finite.
+        c_log_c = c * xp.log(xp.maximum(c, np.finfo(c.dtype).tiny))
+        return float(-c_log_c.sum(axis=-1).mean(dtype=np.float64) / math.log(c.shape[-1]))
 
 
 def polarization(c) -> float:
     """Mean over (b, i) of max_j c[b, i, j] for couplings c (B, I, J)."""
-    return float(_native(c).max(axis=-1).mean(dtype=np.float64))
+    c = _native(c)
+    with on_device_of(c):
+        return float(c.max(axis=-1).mean(dtype=np.float64))
 
 
 def d_score(v) -> float:
@@ -82,14 +86,15 @@ def agreement_cosine(u_hat, v, agreement=None, u_hat_lengths=None) -> float:
     u, v = _native(u_hat), _native(v)
     if u.ndim != 4 or tuple(v.shape) != (u.shape[0],) + tuple(u.shape[2:]):
         raise ValueError(f"agreement_cosine: expected u_hat (B, I, J, D) and v (B, J, D), got {u.shape} and {v.shape}")
-    if agreement is None:
-        with tc.no_grad():
-            agreement = F.routing_agreement(Tensor._wrap(u), Tensor._wrap(v.astype(u.dtype, copy=False)))
     xp = array_module(u)
-    dot = _native(agreement)
-    lengths = prediction_lengths(u) if u_hat_lengths is None else _native(u_hat_lengths)
-    norms = lengths * xp.sqrt((v * v).sum(axis=-1))[:, None, :]
-    return float((dot / xp.maximum(norms, _EPS)).mean(dtype=np.float64))
+    with on_device_of(u):
+        if agreement is None:
+            with tc.no_grad():
+                agreement = F.routing_agreement(Tensor._wrap(u), Tensor._wrap(v.astype(u.dtype, copy=False)))
+        dot = _native(agreement)
+        lengths = prediction_lengths(u) if u_hat_lengths is None else _native(u_hat_lengths)
+        norms = lengths * xp.sqrt((v * v).sum(axis=-1))[:, None, :]
+        return float((dot / xp.maximum(norms, _EPS)).mean(dtype=np.float64))
 
 
 def _grad_norm(t, tracked=None):
@@ -100,7 +105,8 @@ def _grad_norm(t, tracked=None):
     if t.grad is None:
         return tracked
     g = t.grad.data
-    return float(array_module(g).linalg.norm(g.ravel()))  # one BLAS dot, in the gradient's own dtype
+    with on_device_of(g):
+        return float(array_module(g).linalg.norm(g.ravel()))  # one BLAS dot, in the gradient's own dtype
 
 
 def routing_statistics(trace) -> dict:

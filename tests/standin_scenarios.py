@@ -10,6 +10,7 @@ import numpy as np
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
 from tinygrad_caps.kernels import launch
+from tinygrad_caps.models.routing_statistics import routing_statistics
 from tinygrad_caps.models.training import batch_losses, load_checkpoint_model, train
 
 from helpers import write_striped_dataset
@@ -38,7 +39,9 @@ def standin_refuses_what_cupy_refuses(_):
         assert (cupy.asarray(a) * 2).device.id == 1  # ... after a copy it works
     kernel = cupy.RawModule(code=launch.source_text("im2col.cu")).get_function("im2col_i32_f32")
     expect(TypeError, lambda: kernel((1,), (32,), (a, a, 3)), "a Python int kernel argument")
-    expect(Exception, lambda: cupy.RawModule(code="").get_function("im2col_i32_f32"), "a kernel missing from its module")
+    expect(cupy.cuda.runtime.CUDARuntimeError, lambda: cupy.RawModule(code="").get_function("im2col_i32_f32"),
+           "a kernel missing from its module")
+    expect(ValueError, lambda: a.__setitem__(Ellipsis, np.zeros(3, np.float32)), "a NumPy array assigned by fill")
     assert isinstance(a.sum(), cupy.ndarray)  # reductions stay on the device, as in CuPy
     print("ok")
 
@@ -62,6 +65,17 @@ def tensor_api_on_the_second_gpu(_):
         x.copy_(np.ones((2, 3)))
         x.fill_(3.0)
     assert "cuda:1" in repr(x) and float(x.sum()) == 18.0 and x.data.device.id == 1
+    import cupy
+
+    with cupy.cuda.Device(1):
+        on_1 = cupy.ones((4, 2, 3, 3), dtype=cupy.float32)
+    assert tc.tensor(on_1).data.device.id == 1 and tc.tensor(tc.tensor(on_1)).data.device.id == 1
+    norm = tc.nn.BatchNorm2d(2, affine=False).to(device="cuda:1")
+    with tc.no_grad():
+        norm.train()(tc.tensor(on_1))  # running statistics updated on GPU 1
+        norm.eval()(tc.tensor(on_1))
+    dropped = F.dropout(tc.tensor(on_1), 0.5, training=True)
+    assert dropped.data.device.id == 1 and set(np.unique(dropped.numpy())) <= {0.0, 2.0}
     print("ok")
 
 
@@ -89,9 +103,12 @@ def train_on_the_second_gpu(folder):
         assert {p.data.device.id for p in model.parameters()} == {1} if device != "cpu" else True
         with tc.no_grad():  # the fused forward-only routing kernel on the GPU
             _, lengths, _ = model(tc.tensor(images, device=model.device))
-        loss = batch_losses(model, images, labels, 0.0005, train=True)[0]
+        traces = []
+        loss = batch_losses(model, images, labels, 0.0005, train=True, traces=traces)[0]
         loss.backward()
+        statistics = routing_statistics(traces[0])  # computed where the trace's arrays live
         results[run] = [lengths.numpy(), loss.numpy()] + [p.grad.numpy() for p in model.parameters()]
+        results[run].append(np.array([x for values in statistics.values() for x in values if isinstance(x, float)]))
     for got, want in zip(results["gpu1"], results["cpu"]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     print("ok")

@@ -28,10 +28,10 @@ def run_standin(args, cwd=TESTS.parent, timeout=300):
     return result.stdout
 
 
-def passed_count(output: str) -> int:
-    found = re.search(r"(\d+) passed", output)
-    assert found and " failed" not in output and " error" not in output, output[-3000:]
-    return int(found.group(1))
+def summary(output: str) -> dict:
+    """pytest's closing counts ("31 passed, 4 skipped") as {"passed": 31, "skipped": 4}."""
+    last = output.strip().splitlines()[-1]
+    return {word: int(count) for count, word in re.findall(r"(\d+) (\w+)", last)}
 
 
 def test_the_stand_in_refuses_what_cupy_refuses_and_tensors_stay_on_their_gpu():
@@ -41,15 +41,17 @@ def test_the_stand_in_refuses_what_cupy_refuses_and_tensors_stay_on_their_gpu():
 
 
 def test_gpu_op_and_device_tests_pass_on_two_stand_in_gpus():
-    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu_ops.py",
+    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_gpu_ops.py",
                           "tests/test_devices.py", "-k", "not nccl"])
-    assert passed_count(output) >= 30  # every gpu test ran (a skip would not count)
+    # every GPU and two-GPU test ran; the 4 skips are the no-GPU message checks
+    assert summary(output) == {"passed": 31, "skipped": 4}, output[-3000:]
+    assert output.count("checks the message on a machine without a GPU") == 1, output[-3000:]
 
 
 def test_gpu_kernel_tests_pass_on_the_stand_in_at_small_shapes():
     output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu_kernels.py",
                           "-k", "shape0 or shape3 or case0 or switch"])
-    assert passed_count(output) == 9
+    assert summary(output) == {"passed": 9, "deselected": 11}, output[-3000:]
 
 
 def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):

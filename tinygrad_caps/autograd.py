@@ -235,8 +235,11 @@ class Function:
         if state.grad_enabled:
             needs = tuple(x.requires_grad for x in inputs)
             if any(needs):
-                with on_device_of(y):  # keep_for_backward may compute (ReLU's mask) on the output's GPU
+                if type(y) is np.ndarray:
                     self._record(inputs, arrays, needs, out, y)
+                else:
+                    with on_device_of(y):  # keep_for_backward may compute (ReLU's mask) on the output's GPU
+                        self._record(inputs, arrays, needs, out, y)
         if profiler is not None:
             profiler.record_forward(self.name, start, y, arrays)
         return out

@@ -403,7 +403,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
     array = _as_array(data, dtype, device)
     # (a CuPy array never shares NumPy's memory; CuPy's shares_memory would refuse the NumPy operand)
     if array is data or (type(array) is np.ndarray and isinstance(data, np.ndarray) and np.shares_memory(array, data)):
-        array = array.copy()
+        with backend.on_device_of(array):  # (CuPy's copy() lands on the current GPU)
+            array = array.copy()
     return leaf(array, requires_grad)
 
 

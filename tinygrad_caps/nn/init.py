@@ -49,7 +49,8 @@ def trunc_normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.
 
 def constant_(t: Tensor, value: float) -> Tensor:
     """Fill with ``value``; returns t."""
-    t.data = t.xp.full(t.shape, value, dtype=t.dtype)
+    with backend.on_device_of(t.data):  # (CuPy makes arrays on the current GPU)
+        t.data = t.xp.full(t.shape, value, dtype=t.dtype)
     return t
 
 

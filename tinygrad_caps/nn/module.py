@@ -1,7 +1,7 @@
 """Module and Parameter: containers that find their parameters, move them, and save/load them."""
 from __future__ import annotations
 
-import contextlib
+import itertools
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -78,20 +78,34 @@ class Module:
             replaced = hook(self, args)
             if replaced is not None:
                 args = replaced if isinstance(replaced, tuple) else (replaced,)
-        with self._forward_device():
+        gpu = self._forward_gpu()
+        if gpu is None:
             output = self.forward(*args, **kwargs)
+        else:
+            with gpu:
+                output = self.forward(*args, **kwargs)
         for hook in list(self.__dict__.get("_forward_hooks", {}).values()):
             replaced = hook(self, args, output)
             if replaced is not None:
                 output = replaced
         return output
 
-    def _forward_device(self):
-        """The GPU holding this module's first parameter, made current while its forward runs: a
-        forward that makes arrays itself (a label mask, routing logits) makes them beside the
-        parameters even when another GPU is current. Nothing for a module on the CPU."""
-        first = next(self.parameters(), None)
-        return backend.on_device_of(first.data) if first is not None else contextlib.nullcontext()
+    def _forward_gpu(self):
+        """The GPU (a CuPy Device) holding this module's first parameter or buffer, made current
+        while its forward runs: a forward that makes arrays itself (a label mask, routing logits,
+        running statistics) makes them beside its state even when another GPU is current. None
+        for a module on the CPU or without state."""
+        params, modules, buffers = self._registries()
+        for value in itertools.chain(params.values(), buffers.values()):
+            array = value.data if isinstance(value, Tensor) else value
+            if array is not None:
+                return array.device if backend.is_cupy_array(array) else None
+        for child in modules.values():
+            if child is not None:
+                gpu = child._forward_gpu()
+                if gpu is not None:
+                    return gpu
+        return None
 
     def register_forward_pre_hook(self, hook) -> "RemovableHandle":
         """Call ``hook(module, inputs)`` before every ``forward`` (``inputs``: the positional arguments,

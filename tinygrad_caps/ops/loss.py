@@ -57,9 +57,10 @@ def one_hot(labels, num_classes: int, dtype=np.float32) -> Tensor:
         raise ValueError(f"one_hot: labels must be integers, got {data.dtype}")
     xp = array_module(data)
     with on_device_of(data):  # CuPy computes on the current GPU
-        low, high = (int(data.min()), int(data.max())) if data.size else (0, 0)
-        if low < 0 or high >= num_classes:
-            raise ValueError(f"one_hot: labels must lie in [0, {num_classes}), got range [{low}, {high}]")
+        if data.size:
+            low, high = int(data.min()), int(data.max())
+            if low < 0 or high >= num_classes:
+                raise ValueError(f"one_hot: labels must lie in [0, {num_classes}), got range [{low}, {high}]")
         return Tensor._wrap((data[..., None] == xp.arange(num_classes)).astype(dtype))
 
 

@@ -1,7 +1,7 @@
 """Regularization and normalization: dropout and batch_norm, written from primitives."""
 from __future__ import annotations
 
-from .. import random
+from .. import backend, random
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 from ._common import constant
@@ -23,7 +23,9 @@ def dropout(x, p: float = 0.5, training: bool = True) -> Tensor:
     if p == 1.0:
         return x * 0.0
     mask = random.bernoulli_keep_mask(x.shape, 1.0 - p, x.dtype, x.device)
-    return x * constant(mask * x.xp.asarray(1.0 / (1.0 - p), dtype=x.dtype))
+    with backend.on_device_of(x.data):
+        scaled = mask * x.xp.asarray(1.0 / (1.0 - p), dtype=x.dtype)
+    return x * constant(scaled)
 
 
 def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, training=False,
@@ -54,13 +56,15 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, t
         centered = x - mu
         var = mean(centered * centered, axes, keepdims=True)
         if running_mean is not None and running_var is not None:
-            _update_running(running_mean, mu.data.reshape(c), momentum)
-            _update_running(running_var, var.data.reshape(c) * (count / (count - 1)), momentum)
+            with backend.on_device_of(x.data):  # the running statistics live beside x
+                _update_running(running_mean, mu.data.reshape(c), momentum)
+                _update_running(running_var, var.data.reshape(c) * (count / (count - 1)), momentum)
     else:
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
-        mu = constant(_array(running_mean).reshape(stat_shape).astype(x.dtype, copy=False))
-        var = constant(_array(running_var).reshape(stat_shape).astype(x.dtype, copy=False))
+        with backend.on_device_of(x.data):
+            mu = constant(_array(running_mean).reshape(stat_shape).astype(x.dtype, copy=False))
+            var = constant(_array(running_var).reshape(stat_shape).astype(x.dtype, copy=False))
         centered = x - mu
     y = centered / sqrt(var + eps)
     if weight is not None:

@@ -6,9 +6,10 @@ without a GPU to tell it:
 
 - an array lives on the GPU that was current when it was made (``cupy.cuda.Device(n)``; the
   stand-in has ``CUPY_STANDIN_DEVICES`` GPUs, default 1). Computing on an array while another GPU
-  is current raises CuPy's ``ValueError: Array device must be same as the current device``, as
-  CuPy does without peer access; views (reshape, transpose, basic slicing) and copies to the
-  host (``get()``, ``float()``) work from any device, as in CuPy;
+  is current raises the ``ValueError`` CuPy raises between GPUs without peer access (with peer
+  access CuPy 14 enables it and runs the work, slowly, on the current GPU: the same bug, unseen);
+  views (transpose, basic slicing, a reshape that needs no copy) and copies to the host
+  (``get()``, ``float()``) work from any device, as in CuPy, and a copy lands on the current GPU;
 - no implicit conversion to NumPy: ``numpy.asarray(a)`` raises ``TypeError``, and a NumPy array
   operand of a CuPy function or operator raises ``TypeError`` (only ``array``/``asarray`` take
   host data), so a forgotten ``.get()`` or a NumPy array left in a GPU graph shows here;
@@ -60,8 +61,8 @@ def _allocation_of(pointer: int):
 
 
 def _device_error(array_device, current):
-    return ValueError(f"Array device must be same as the current device: array device = {array_device} "
-                      f"while current = {current}")
+    return ValueError(f"The device where the array resides ({array_device}) is different from the current device "
+                      f"({current}). Peer access is unavailable between these devices.")
 
 
 def _unwrap(value, device, name):
@@ -100,6 +101,8 @@ def _wrap(result, device):
         return ndarray._from_numpy(result, device)
     if isinstance(result, numpy.generic):
         return ndarray._from_numpy(numpy.asarray(result), device)
+    if isinstance(result, (numpy.random.Generator, numpy.random.RandomState)):
+        return _Namespace(result)  # its draws are arrays on the current device
     if isinstance(result, (list, tuple)) and any(isinstance(r, (numpy.ndarray, numpy.generic)) for r in result):
         return type(result)(_wrap(r, device) for r in result)
     return result
@@ -120,8 +123,10 @@ def _call(function, name, args, kwargs):
     """Run NumPy's ``function`` the way CuPy runs its own: on the current device, every array there."""
     if name in _VIEWS:
         device = _array_device(list(args) + list(kwargs.values()), _current_device())
-        return _wrap(function(*_unwrap(args, None, name), **{k: _unwrap(v, None, name) for k, v in kwargs.items()}),
-                     device)
+        result = function(*_unwrap(args, None, name), **{k: _unwrap(v, None, name) for k, v in kwargs.items()})
+        if isinstance(result, numpy.ndarray) and result.base is None and result.size:
+            device = _current_device()  # it had to copy (a reshape of a strided array): CuPy copies to the current GPU
+        return _wrap(result, device)
     device = _current_device()
     out = kwargs.get("out")
     args = _unwrap(args, device, name)
@@ -293,9 +298,17 @@ class ndarray(NDArrayOperatorsMixin):
             if value._device != device:
                 raise _device_error(value._device, device)
             value = value._a
+        elif isinstance(value, numpy.ndarray) and value.ndim and _is_basic_key(key):
+            # CuPy sends a basic-index assignment of a non-array value to fill(), which refuses it
+            raise ValueError("non-scalar numpy.ndarray cannot be used for fill")
         self._a[_unwrap_key(key, device)] = value
 
     # ----- everything else: NumPy's method, run as CuPy runs it -----
+    def astype(self, dtype, order="K", casting=None, subok=None, copy=True):
+        if not copy and numpy.dtype(dtype) == self.dtype:
+            return self  # no kernel, so from any device, as in CuPy
+        return _method(self, self._a.astype, "astype", (dtype,), {"order": order, "copy": True})
+
     def copy(self, order="C"):
         # CuPy copies onto the current device
         return _wrap(numpy.array(self._a, order=order, copy=True), _current_device())
@@ -321,6 +334,8 @@ def _method(array, bound, name, args, kwargs):
         raise _device_error(array._device, _current_device())
     device = None if name in _VIEWS else array._device
     result = bound(*_unwrap(args, device, name), **{k: _unwrap(v, device, name) for k, v in kwargs.items()})
+    if name in _VIEWS and isinstance(result, numpy.ndarray) and result.base is None and result.size:
+        return _wrap(result, _current_device())  # a reshape that had to copy: CuPy copies to the current GPU
     return _wrap(result, array._device)
 
 
