@@ -6,8 +6,6 @@ read: every pointer points into a live array on the communicator's GPU, ``count`
 import ctypes
 import os
 
-import numpy
-
 from .. import _allocation_of, _current_device
 
 available = True
