@@ -74,6 +74,8 @@ def tensor_api_on_the_second_gpu(_):
     with tc.no_grad():
         norm.train()(tc.tensor(on_1))  # running statistics updated on GPU 1
         norm.eval()(tc.tensor(on_1))
+    weight = tc.nn.Parameter(np.zeros(3, np.float32), device="cuda:1")
+    assert tc.nn.init.constant_(weight, 0.5).data.device.id == 1  # filled where it lives, not moved
     dropped = F.dropout(tc.tensor(on_1), 0.5, training=True)
     assert dropped.data.device.id == 1 and set(np.unique(dropped.numpy())) <= {0.0, 2.0}
     print("ok")
