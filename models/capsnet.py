@@ -225,7 +225,7 @@ class CapsNet(nn.Module):
         if y is None:
             chosen = lengths.xp.argmax(lengths.data, axis=1)
         else:
-            chosen = tc.backend.asarray_like(y.data if isinstance(y, tc.Tensor) else np.asarray(y), lengths.data)
+            chosen = tc.backend.asarray_like(y.data if isinstance(y, tc.Tensor) else y, lengths.data)
         mask = F.one_hot(chosen, self.config["num_classes"], dtype=x.dtype)
         reconstruction = self.decoder(F.reshape(v * F.expand_dims(mask, -1), (x.shape[0], -1)))
         outputs = (v, lengths, reconstruction)

@@ -127,8 +127,7 @@ def uniform_routing(u_hat, bias=None, return_coupling: bool = False, leaky_routi
     _check_bias("uniform_routing", bias, u_hat)
     batch, inputs, outputs, _ = u_hat.shape
     share = 1.0 / (outputs + 1 if leaky_routing else outputs)
-    with tc.backend.on_device_of(u_hat.data):
-        c = tc.tensor(u_hat.xp.full((batch, inputs, outputs), share, dtype=u_hat.dtype), device=u_hat.device)
+    c = tc.full((batch, inputs, outputs), share, dtype=u_hat.dtype, device=u_hat.device)
     summed = F.identity(u_hat) if trace else u_hat
     s = weighted_sum(c, summed, bias)
     v = F.squash(s, axis=-1)

@@ -124,7 +124,7 @@ def jvp(func, inputs, v=None, create_graph=False):
         vs = _input_vectors("jvp", v, xs, is_tuple)
         result = zeros_like(y)
         if y.requires_grad:
-            u = Tensor._wrap(y.xp.zeros(y.shape, dtype=y.dtype)).requires_grad_()
+            u = zeros_like(y, requires_grad=True)
             transposed = _grads([y], [u], xs, create_graph=True)  # J^T u, linear in u
             (result,) = _grads(list(transposed), list(vs), (u,), create_graph)
     return _finish(y, create_graph), _finish(result, create_graph)

@@ -61,7 +61,5 @@ def normal(shape, mean=0.0, std=1.0, dtype=np.float32):
 def bernoulli_keep_mask(shape, keep: float, dtype, device: str):
     """An array on ``device`` with 1 where a uniform draw < ``keep``, else 0."""
     rng = generator(device)
-    if device.startswith("cuda"):
-        with backend.on_device(backend.normalize_device(device)):
-            return (rng.random(shape) < keep).astype(dtype)
-    return (rng.random(shape) < keep).astype(dtype)
+    with backend.on_device(backend.normalize_device(device)):  # (nothing to do for "cpu")
+        return (rng.random(shape) < keep).astype(dtype)

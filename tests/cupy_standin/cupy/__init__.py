@@ -60,17 +60,26 @@ def _allocation_of(pointer: int):
     return None
 
 
-def _device_error(array_device, current):
-    return ValueError(f"The device where the array resides ({array_device}) is different from the current device "
-                      f"({current}). Peer access is unavailable between these devices.")
+def _require_on(array, device):
+    """Raise the ValueError CuPy raises between GPUs without peer access unless ``array`` is on ``device``."""
+    if array._device != device:
+        raise ValueError(f"The device where the array resides ({array._device}) is different from the current "
+                         f"device ({device}). Peer access is unavailable between these devices.")
+
+
+def _view_device(result, device):
+    """Where a view function's ``result`` lives: with its input (``device``), unless it had to copy
+    (a reshape of a strided array), which CuPy does onto the current GPU."""
+    copied = isinstance(result, numpy.ndarray) and result.base is None and result.size
+    return _current_device() if copied else device
 
 
 def _unwrap(value, device, name):
     """The NumPy data under ``value`` (recursing into lists and tuples). ``device`` is the GPU the
     computation runs on (None: a view, any device)."""
     if isinstance(value, ndarray):
-        if device is not None and value._device != device:
-            raise _device_error(value._device, device)
+        if device is not None:
+            _require_on(value, device)
         return value._a
     if isinstance(value, numpy.ndarray):
         raise TypeError(f"Unsupported type {type(value)} in cupy {name}: a NumPy array needs cupy.asarray first")
@@ -84,8 +93,7 @@ def _unwrap_key(key, device):
     if isinstance(key, tuple):
         return tuple(_unwrap_key(k, device) for k in key)
     if isinstance(key, ndarray):
-        if key._device != device:
-            raise _device_error(key._device, device)
+        _require_on(key, device)
         return key._a
     return key
 
@@ -124,9 +132,7 @@ def _call(function, name, args, kwargs):
     if name in _VIEWS:
         device = _array_device(list(args) + list(kwargs.values()), _current_device())
         result = function(*_unwrap(args, None, name), **{k: _unwrap(v, None, name) for k, v in kwargs.items()})
-        if isinstance(result, numpy.ndarray) and result.base is None and result.size:
-            device = _current_device()  # it had to copy (a reshape of a strided array): CuPy copies to the current GPU
-        return _wrap(result, device)
+        return _wrap(result, _view_device(result, device))
     device = _current_device()
     out = kwargs.get("out")
     args = _unwrap(args, device, name)
@@ -286,17 +292,15 @@ class ndarray(NDArrayOperatorsMixin):
     def __getitem__(self, key):
         basic = _is_basic_key(key)
         device = self._device if basic else _current_device()
-        if not basic and self._device != device:
-            raise _device_error(self._device, device)
+        if not basic:  # advanced indexing runs a kernel
+            _require_on(self, device)
         return _wrap(self._a[_unwrap_key(key, device)], self._device)
 
     def __setitem__(self, key, value):
         device = _current_device()
-        if self._device != device:
-            raise _device_error(self._device, device)
+        _require_on(self, device)
         if isinstance(value, ndarray):
-            if value._device != device:
-                raise _device_error(value._device, device)
+            _require_on(value, device)
             value = value._a
         elif isinstance(value, numpy.ndarray) and value.ndim and _is_basic_key(key):
             # CuPy sends a basic-index assignment of a non-array value to fill(), which refuses it
@@ -324,18 +328,16 @@ class ndarray(NDArrayOperatorsMixin):
     def scatter_add(self, slices, value):
         """``cupyx.scatter_add``: ``self[slices] += value`` with repeated indices accumulated."""
         device = _current_device()
-        if self._device != device:
-            raise _device_error(self._device, device)
+        _require_on(self, device)
         numpy.add.at(self._a, _unwrap_key(slices, device), _unwrap(value, device, "scatter_add"))
 
 
 def _method(array, bound, name, args, kwargs):
-    if name not in _VIEWS and array._device != _current_device():
-        raise _device_error(array._device, _current_device())
-    device = None if name in _VIEWS else array._device
-    result = bound(*_unwrap(args, device, name), **{k: _unwrap(v, device, name) for k, v in kwargs.items()})
-    if name in _VIEWS and isinstance(result, numpy.ndarray) and result.base is None and result.size:
-        return _wrap(result, _current_device())  # a reshape that had to copy: CuPy copies to the current GPU
+    if name in _VIEWS:
+        result = bound(*_unwrap(args, None, name), **{k: _unwrap(v, None, name) for k, v in kwargs.items()})
+        return _wrap(result, _view_device(result, array._device))
+    _require_on(array, _current_device())
+    result = bound(*_unwrap(args, array._device, name), **{k: _unwrap(v, array._device, name) for k, v in kwargs.items()})
     return _wrap(result, array._device)
 
 
