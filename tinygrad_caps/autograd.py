@@ -442,7 +442,7 @@ class _GradientBuffers:
         self.profiler.record_gradient_sum(GRADIENT_SUMS, start, after, created=after is not before)
 
     def _add(self, key, g):
-        if isinstance(g, Tensor):
+        if isinstance(g, Tensor) and type(g.data) is not np.ndarray:
             with on_device_of(g.data):  # a gradient that crossed devices (.to) is summed where it lives
                 self._sum(key, g)
         else:

@@ -455,20 +455,26 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if like is not None:
-        xp = like.xp
-        if isinstance(value, np.ndarray) and value.ndim > 0 and xp is not np:
+        if like.xp is np:
+            return _beside(value, like, np)
+        if isinstance(value, np.ndarray) and value.ndim > 0:
             raise backend.DeviceError(
                 f"operands are on different devices: cpu (a NumPy array) and {like.device}; move them with .to(device) first"
             )
         with backend.on_device_of(like.data):  # beside a tensor on another GPU than the current one
-            if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
-                return Tensor._wrap(xp.asarray(value, dtype=zero_dim_dtype(value.dtype, like)))
-            if isinstance(value, numbers.Number):
-                return Tensor._wrap(xp.asarray(value, dtype=_scalar_dtype(value, like.dtype)))
-            return Tensor._wrap(xp.asarray(value))
+            return _beside(value, like, like.xp)
     if isinstance(value, np.ndarray) or backend.is_cupy_array(value):
         return Tensor._wrap(value)
     return Tensor(value)
+
+
+def _beside(value, like: Tensor, xp) -> Tensor:
+    """``value`` (a number, NumPy scalar or 0-d array, or array-like) as a Tensor of ``xp`` next to ``like``."""
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return Tensor._wrap(xp.asarray(value, dtype=zero_dim_dtype(value.dtype, like)))
+    if isinstance(value, numbers.Number):
+        return Tensor._wrap(xp.asarray(value, dtype=_scalar_dtype(value, like.dtype)))
+    return Tensor._wrap(xp.asarray(value))
 
 
 from . import functional as F  # noqa: E402  (functional builds on Tensor)
