@@ -277,6 +277,18 @@ def test_image_folder_cache_skips_decoding_until_the_folder_changes(tmp_path, mo
         load_dataset("imagefolder", "train", data_dir=root, image_size=6, channels=3)
 
 
+
+@pytest.mark.parametrize("damage", ["truncated", "broken header"])
+def test_a_damaged_image_folder_cache_is_rebuilt(tmp_path, damage):
+    root = write_image_folder(tmp_path / "shapes")
+    first = load_dataset("imagefolder", "train", data_dir=root, image_size=6, channels=3)
+    images_cache = next((tmp_path / "cache" / "imagefolder").glob("*-images.npy"))
+    data = images_cache.read_bytes()
+    images_cache.write_bytes(data[:100] if damage == "truncated" else data.replace(b"), }", b"),  ", 1))
+    again = load_dataset("imagefolder", "train", data_dir=root, image_size=6, channels=3)
+    np.testing.assert_array_equal(first[0], again[0])
+    assert images_cache.read_bytes() == data
+
 def test_image_folder_errors_name_the_problem(tmp_path):
     root = write_image_folder(tmp_path / "shapes")
     with pytest.raises(DatasetError, match="needs --data-dir"):

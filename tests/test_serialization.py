@@ -1,5 +1,6 @@
 """save/load: nested state round-trips, atomic writes, and clear errors for bad files."""
 import os
+import zipfile
 
 import numpy as np
 import pytest
@@ -49,3 +50,18 @@ def test_model_checkpoint_restores_weights(tmp_path):
     other = tc.nn.Linear(3, 2)
     other.load_state_dict(tc.load(tmp_path / "net.npz"))
     np.testing.assert_array_equal(other.weight.numpy(), net.weight.numpy())
+
+
+def test_a_damaged_npy_header_is_a_checkpoint_error(tmp_path):
+    """NumPy's header parser raises tokenize.TokenError (not a ValueError) for an unclosed brace."""
+    path = tmp_path / "ckpt.npz"
+    tc.save({"w": np.zeros(3, np.float32)}, path)
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    array_name = next(name for name in members if not name.startswith("__"))
+    members[array_name] = members[array_name].replace(b"), }", b"),  ", 1)  # the dict's brace, gone
+    with zipfile.ZipFile(tmp_path / "damaged.npz", "w", zipfile.ZIP_STORED) as archive:  # with a valid CRC
+        for name, data in members.items():
+            archive.writestr(name, data)
+    with pytest.raises(tc.CheckpointError, match="damaged.npz.*damaged .npy header"):
+        tc.load(tmp_path / "damaged.npz")

@@ -10,6 +10,7 @@ import errno
 import json
 import math
 import os
+import tokenize
 import zipfile
 
 import numpy as np
@@ -70,6 +71,11 @@ def save(state, path) -> None:
     write_atomically(path, lambda f: np.savez(f, **arrays), usual_permissions=True, sync_folder=True)
 
 
+# NumPy parses a .npy header with Python's tokenizer and literal_eval: damaged bytes there can raise
+# tokenize.TokenError or SyntaxError, neither of which is a ValueError.
+_HEADER_ERRORS = (ValueError, SyntaxError, tokenize.TokenError, TypeError, KeyError)
+
+
 def _check_members(path, archive: zipfile.ZipFile) -> None:
     """Refuse members whose .npy header declares more bytes than the member holds (before NumPy allocates them)."""
     for info in archive.infolist():
@@ -77,12 +83,13 @@ def _check_members(path, archive: zipfile.ZipFile) -> None:
             raise CheckpointError(f"load: {path}: member {info.filename} is compressed; tinygrad-caps never writes that")
         with archive.open(info) as member:
             version = np.lib.format.read_magic(member)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-            else:
+            if version not in ((1, 0), (2, 0)):
                 raise CheckpointError(f"load: {path}: member {info.filename} has .npy version {version}")
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            try:
+                shape, _, dtype = read_header(member)
+            except _HEADER_ERRORS as exc:
+                raise CheckpointError(f"load: {path}: member {info.filename} has a damaged .npy header ({exc!r})") from exc
             if dtype.hasobject:
                 raise CheckpointError(f"load: {path}: member {info.filename} holds Python objects; refused")
             declared = math.prod(shape) * dtype.itemsize
@@ -115,8 +122,8 @@ def load(path, device=None):
             arrays = {k: npz[k] for k in npz.files if k != META_KEY}
     except CheckpointError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError, AttributeError,
-            TypeError, RecursionError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, UnicodeDecodeError, AttributeError, RecursionError,
+            *_HEADER_ERRORS) as exc:
         raise CheckpointError(f"load: {path} is truncated, corrupt or not a tinygrad-caps checkpoint ({exc})") from exc
     to_device = (lambda a: a) if target is None else (lambda a: backend.to_device(a, target))
     try:

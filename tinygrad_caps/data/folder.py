@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tokenize
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,16 @@ def _save_npy_atomically(target: Path, array: np.ndarray) -> None:
     write_atomically(target, buffer.getvalue())
 
 
+def _load_cached(images_path, labels_path):
+    """The cached (images, labels) arrays, or None when either file is missing or damaged (then they are rebuilt)."""
+    if not (images_path.is_file() and labels_path.is_file()):
+        return None
+    try:
+        return np.load(images_path, allow_pickle=False), np.load(labels_path, allow_pickle=False)
+    except (OSError, EOFError, ValueError, SyntaxError, tokenize.TokenError):  # NumPy's header parser raises all of these
+        return None
+
+
 def load_image_folder(root, split: str = "train", image_size: int = 32, channels: int = 3):
     """Decode (or read from the cache) one split of an image folder.
 
@@ -106,10 +117,10 @@ def load_image_folder(root, split: str = "train", image_size: int = 32, channels
     key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()
     cache_dir = cache_root() / "imagefolder"
     images_path, labels_path = cache_dir / f"{key[:32]}-images.npy", cache_dir / f"{key[:32]}-labels.npy"
-    if images_path.is_file() and labels_path.is_file():
-        images, labels = np.load(images_path), np.load(labels_path)
-        if images.shape == (len(entries), channels, image_size, image_size) and labels.shape == (len(entries),):
-            return images, labels
+    cached = _load_cached(images_path, labels_path)
+    if cached is not None and cached[0].shape == (len(entries), channels, image_size, image_size) \
+            and cached[1].shape == (len(entries),):
+        return cached
     images = np.stack([_decode(folder / relative, image_size, channels) for relative, *_ in entries])
     labels = np.asarray([index for _, index, *_ in entries], dtype=np.int64)
     cache_dir.mkdir(parents=True, exist_ok=True)
