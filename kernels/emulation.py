@@ -4,14 +4,18 @@ Each kernel gets a small generated C wrapper that takes the grid, the block, the
 memory size and CUDA's ``void** args`` array, so a :class:`~tinygrad_caps.kernels.launch.KernelLaunch`
 built by the ordinary launcher runs here unchanged: ``capsule_predict(u, W, runner=Emulator())``.
 
-What is modelled (details in ``cuda_shim.h``): one OS thread per CUDA thread; warps of 32 lanes
+What is modelled (details in ``cuda_shim.h``): one fiber (or, under a sanitizer or with
+``os_threads=True``, one OS thread) per CUDA thread; warps of 32 lanes
 that meet in lockstep at ``__shfl*_sync``, ``__ballot_sync`` and ``__syncwarp`` with their masks
 checked; ``float4``/``double2`` with an alignment check; dynamic shared memory of exactly the
 launch's size; CUDA's launch limits (:func:`~tinygrad_caps.kernels.launch.check_launch_limits`);
 and ``slots`` (default 2) blocks running at the same time, each slot on its own copy of the
 library so static ``__shared__`` memory belongs to one block. ``max_blocks`` caps the grids the
 launchers build, so grid-stride loops take several passes. Outputs are filled with NaN before each
-launch, so an element the kernel never writes fails the comparison. Use tiny shapes.
+launch, so an element the kernel never writes fails the comparison. A block whose threads all wait
+forever (a ``__syncthreads`` some threads never reach while others wait at a shuffle) fails the
+launch as a deadlock under fibers; with OS threads it hangs. Use small shapes: fibers run about a
+million CUDA threads a second.
 
 Sanitizers: ``Emulator(sanitize="thread")`` builds with ThreadSanitizer (a missing
 ``__syncthreads`` or ``__syncwarp``, a racy ``+=``, or two blocks writing one element are reported
@@ -123,12 +127,17 @@ class Emulator:
         source_dir: folder of the .cu files (tests point it at planted-bug kernels).
         slots: how many blocks run at the same time (>= 1).
         max_blocks: the most blocks a launcher may put in a grid for this runner (None: CUDA's limits).
+        os_threads: run each CUDA thread as an OS thread instead of a fiber. None: only under a
+            sanitizer, which needs them (ThreadSanitizer sees races between OS threads).
     """
 
     def __init__(self, sanitize: str | None = None, build_dir: str | None = None, source_dir: str | None = None,
-                 slots: int = 2, max_blocks: int | None = None):
+                 slots: int = 2, max_blocks: int | None = None, os_threads: bool | None = None):
         if sanitize not in SANITIZER_FLAGS:
             raise ValueError(f"Emulator: sanitize must be None, 'thread' or 'address', got {sanitize!r}")
+        if sanitize and os_threads is False:
+            raise ValueError(f"Emulator: sanitize={sanitize!r} needs os_threads (the sanitizers watch OS threads)")
+        self.os_threads = bool(sanitize) if os_threads is None else os_threads
         if slots < 1 or (max_blocks is not None and max_blocks < 1):
             raise ValueError(f"Emulator: slots and max_blocks must be >= 1, got {slots} and {max_blocks}")
         self.sanitize = sanitize
@@ -162,10 +171,11 @@ class Emulator:
         wrapper = wrapper_source(sources, self.source_dir)
         shim = (SOURCE_DIR / "cuda_shim.h").read_text()
         texts = [(self.source_dir / s).read_text() for s in sources]
-        flags = COMMON_FLAGS + SANITIZER_FLAGS[self.sanitize]
+        flags = COMMON_FLAGS + SANITIZER_FLAGS[self.sanitize] + ([] if self.os_threads else ["-DEMU_FIBERS"])
         digest = hashlib.sha256("".join([wrapper, shim, " ".join(flags)] + texts).encode()).hexdigest()[:16]
         self.build_dir.mkdir(parents=True, exist_ok=True)
-        library = self.build_dir / f"kernels-{self.sanitize or 'plain'}-{digest}.so"
+        kind = self.sanitize or ("threads" if self.os_threads else "fibers")
+        library = self.build_dir / f"kernels-{kind}-{digest}.so"
         if library.exists():
             return library
         cpp = self.build_dir / f"wrapper-{digest}.cpp"

@@ -74,6 +74,16 @@ KERNELS = {
             out[threadIdx.x] = slot[(threadIdx.x + 1) % 32];
         }
     """,
+    "stuck.cu": """
+        // planted: half of the warp waits at __syncthreads, the other half at a full-mask shuffle
+        extern "C" __global__ void stuck(float* __restrict__ out, int n)
+        {
+            float v = (float)threadIdx.x;
+            if (threadIdx.x < 16) __syncthreads();
+            else v = __shfl_sync(0xffffffffu, v, 0);
+            out[threadIdx.x] = v;
+        }
+    """,
     "block_race.cu": """
         // planted: every block writes out[0]
         extern "C" __global__ void block_race(float* __restrict__ out, int n)
@@ -122,9 +132,10 @@ def kernel_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def emulator(kernel_dir):
-    return Emulator(source_dir=kernel_dir)
+@pytest.fixture(scope="module", params=[False, True], ids=["fibers", "os-threads"])
+def emulator(kernel_dir, request):
+    """Both ways of running CUDA threads must follow the same rules and report the same errors."""
+    return Emulator(source_dir=kernel_dir, os_threads=request.param)
 
 
 def launch(name, grid, block, args, outputs=(), shared=0):
@@ -150,6 +161,17 @@ def test_planted_warp_errors_are_reported(emulator, kernel, block, n, message):
     out = np.arange(32, dtype=np.float32)
     with pytest.raises(EmulationError, match=message):
         emulator(launch(kernel, (1,), (block,), (out, np.int32(n))))
+
+
+def test_fibers_report_a_deadlock_instead_of_hanging(kernel_dir):
+    # with OS threads this launch would hang: every thread waits for one that waits elsewhere
+    emulator = Emulator(source_dir=kernel_dir, os_threads=False)
+    with pytest.raises(EmulationError, match=r"deadlock in block 1: 32 live threads wait forever "
+                                             r"\(16 at __syncthreads, 16 at a warp intrinsic"):
+        emulator(launch("stuck", (2,), (32,), (np.zeros(64, np.float32), np.int32(0))))
+    out = np.zeros(98, np.float32)
+    emulator(launch("warp_ops", (1,), (32,), (out, np.int32(0))))  # the emulator still works after it
+    assert out[0] == 32 * 33 / 2
 
 
 def test_a_full_mask_in_a_partial_warp_is_fine_but_reading_a_missing_lane_is_not(emulator):

@@ -8,7 +8,7 @@ import time
 import numpy
 
 from .. import DEVICE_COUNT, _current_device, _local, ndarray
-from . import compiler, runtime  # noqa: F401
+from . import compiler, nvrtc, runtime  # noqa: F401
 
 
 def is_available() -> bool:
