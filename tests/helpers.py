@@ -1,4 +1,6 @@
 """Hypothesis strategies shared by the gradient property tests."""
+import gzip
+
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -116,3 +118,10 @@ def run_with_group_timeout(args, timeout, **kwargs):
             stdout, stderr = process.communicate()
             raise subprocess.TimeoutExpired(args, timeout, output=stdout, stderr=stderr) from None
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+def damaged_deflate(data: bytes) -> bytes:
+    """gzip-compressed ``data`` whose deflate stream is damaged (its first block claims the reserved
+    block type), so that reading it raises zlib.error, which is not an OSError."""
+    compressed = gzip.compress(data)  # a 10-byte header: no file name
+    return compressed[:10] + b"\xff" + compressed[11:]

@@ -16,6 +16,8 @@ from tinygrad_caps.data import (DatasetError, NORBError, cache, cifar, folder, l
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
 
+from helpers import damaged_deflate  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def offline_cache(monkeypatch, tmp_path):
@@ -75,6 +77,7 @@ def test_norb_matrix_validation_names_the_file(tmp_path):
         "ndim0": (data[:4] + np.int32(0).tobytes() + data[8:], "0 dimensions"),
         "ndim17": (data[:4] + np.int32(17).tobytes() + data[8:], "17 dimensions"),
         "badgzip": (gzip.compress(data)[:-12], "gzip|truncated"),
+        "baddeflate": (damaged_deflate(data), "gzip stream is truncated or corrupt"),
     }
     for name, (payload, message) in cases.items():
         (tmp_path / name).write_bytes(payload)
@@ -199,6 +202,12 @@ def test_cifar_errors_name_the_member(tmp_path):
     write_cifar_archive(tmp_path / "b" / cifar.ARCHIVE, drop="test_batch.bin")
     with pytest.raises(DatasetError, match="lacks test_batch.bin"):
         load_dataset("cifar10", "test", data_dir=tmp_path / "b")
+    archive = tmp_path / "damaged" / cifar.ARCHIVE
+    write_cifar_archive(archive)
+    tar = gzip.decompress(archive.read_bytes())  # a second gzip member, damaged: the first member's files read fine
+    archive.write_bytes(gzip.compress(tar[:2048]) + damaged_deflate(tar[2048:]))
+    with pytest.raises(DatasetError, match="not a readable tar archive"):
+        load_dataset("cifar10", "test", data_dir=tmp_path / "damaged")
     with pytest.raises(DatasetError, match="label 12 of record 1 is out of range"):
         cifar.parse_cifar_records(cifar_records([3, 12]).tobytes(), "x.bin")
     (tmp_path / "c").mkdir()

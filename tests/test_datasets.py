@@ -7,6 +7,7 @@ import io
 import numpy as np
 import pytest
 
+from helpers import damaged_deflate
 from tinygrad_caps import datasets
 from tinygrad_caps.datasets import BatchIterator, DatasetError, IDXError, load_dataset, read_idx, write_idx
 
@@ -50,6 +51,7 @@ def test_idx_validation_names_the_file_and_the_problem(tmp_path):
         "type": (data[:2] + b"\x07" + data[3:], "element type"),
         "header": (data[:6], "header"),
         "badgzip": (gzip.compress(data)[:-10], "gzip"),
+        "baddeflate": (damaged_deflate(data), "gzip"),
     }
     for name, (payload, message) in cases.items():
         (tmp_path / name).write_bytes(payload)
@@ -117,7 +119,8 @@ def test_download_checks_sha256_and_writes_atomically(tmp_path, monkeypatch):
         stem = url.rsplit("/", 1)[1][:-3]
         if url.startswith(datasets.KNOWN["mnist"]["mirrors"][0]):
             bad_first_mirror["count"] += 1
-            return Response(gzip.compress(files[stem] + b"tampered"))
+            # a damaged deflate stream (zlib.error) or tampered content: either way the next mirror is tried
+            return Response(damaged_deflate(files[stem]) if "images" in stem else gzip.compress(files[stem] + b"tampered"))
         return Response(gzip.compress(files[stem]))
 
     monkeypatch.setattr(datasets.urllib.request, "urlopen", fake_urlopen)

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from .._atomic_file import write_atomically as write_file_atomically
-from .errors import DatasetError
+from .errors import CORRUPT_STREAM_ERRORS, DatasetError
 
 
 def cache_root() -> Path:
@@ -65,7 +65,7 @@ def fetch_verified(urls, target: Path, sha256: str, digest_of=lambda payload: pa
             continue
         try:
             digest = hashlib.sha256(digest_of(payload)).hexdigest()
-        except (OSError, EOFError) as exc:
+        except CORRUPT_STREAM_ERRORS as exc:
             errors.append(f"{url}: corrupt payload ({exc})")
             continue
         if digest != sha256:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .cache import cache_root, downloads_allowed, fetch_verified, search_dirs
-from .errors import DatasetError
+from .errors import CORRUPT_STREAM_ERRORS, DatasetError
 
 ARCHIVE = "cifar-10-binary.tar.gz"
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
@@ -53,7 +53,7 @@ def read_cifar_archive(path, split: str):
                 raise DatasetError(f"{path}: the archive lacks {', '.join(missing)}")
             parts = [parse_cifar_records(archive.extractfile(members[name]).read(), f"{path}:{name}")
                      for name in SPLIT_MEMBERS[split]]
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except (tarfile.TarError, *CORRUPT_STREAM_ERRORS) as exc:
         raise DatasetError(f"{path}: not a readable tar archive ({exc})") from exc
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 

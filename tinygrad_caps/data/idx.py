@@ -4,12 +4,11 @@ from __future__ import annotations
 import gzip
 import math
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-from .errors import DatasetError
+from .errors import CORRUPT_STREAM_ERRORS, DatasetError
 
 _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
@@ -26,7 +25,7 @@ def _decompressed_bytes(path: Path) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         try:
             return gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
+        except CORRUPT_STREAM_ERRORS as exc:
             raise IDXError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
     return raw
 
@@ -124,7 +123,7 @@ def _read_file(path, read):
                 try:
                     with gzip.GzipFile(fileobj=raw) as stream:
                         return read(stream, None)
-                except (OSError, EOFError, zlib.error) as exc:
+                except CORRUPT_STREAM_ERRORS as exc:
                     raise IDXError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
             raw.seek(0)
             return read(raw, os.fstat(raw.fileno()).st_size)

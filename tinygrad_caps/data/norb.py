@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .cache import cache_root, downloads_allowed, fetch_verified, find_file, search_dirs
-from .errors import DatasetError
+from .errors import CORRUPT_STREAM_ERRORS, DatasetError
 from .transforms import downsample_by_mean
 
 NORB_TYPES = {0x1E3D4C51: np.dtype("<f4"), 0x1E3D4C53: np.dtype("<f8"), 0x1E3D4C54: np.dtype("<i4"),
@@ -58,7 +58,7 @@ def _open(path: Path):
 def _read_exact(stream, count: int, path: Path, what: str) -> bytes:
     try:
         data = stream.read(count)
-    except (OSError, EOFError) as exc:
+    except CORRUPT_STREAM_ERRORS as exc:
         raise NORBError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
     if len(data) != count:
         raise NORBError(f"{path}: truncated in the {what} ({len(data)} of {count} bytes)")
@@ -95,7 +95,7 @@ def read_norb_matrix(path) -> np.ndarray:
                     break
                 got += more
             extra = stream.read(1)
-        except (OSError, EOFError) as exc:
+        except CORRUPT_STREAM_ERRORS as exc:
             raise NORBError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
     if got != array.nbytes:
         raise NORBError(f"{path}: truncated: its header {shape} ({dtype}) needs {array.nbytes} bytes of data, "
