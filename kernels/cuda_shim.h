@@ -35,6 +35,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -67,18 +68,92 @@ namespace emu {
 constexpr unsigned warp_size = 32;
 
 #ifdef EMU_FIBERS
+// A fiber's saved machine state, and the switch between two of them. On x86-64 a switch saves the
+// callee-saved registers, MXCSR and the x87 control word on the old stack and swaps stack pointers:
+// no system call (ucontext's swapcontext saves the signal mask with one, which made it the
+// emulation's main cost). Elsewhere ucontext does it.
+#if defined(__x86_64__)
+extern "C" void emu_switch_context(void** save_sp, void* load_sp);
+asm(R"(
+    .text
+    .globl emu_switch_context
+    .hidden emu_switch_context
+    .type emu_switch_context, @function
+emu_switch_context:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch_context, .-emu_switch_context
+)");
+
+struct Context {
+    void* sp = nullptr;
+};
+
+inline void switch_context(Context& from, const Context& to) { emu_switch_context(&from.sp, to.sp); }
+
+// Lays out a new stack as emu_switch_context leaves a suspended one, so that switching to it
+// "returns" into ``entry`` with the stack aligned as after a call.
+inline void make_context(Context& context, unsigned char* stack, size_t bytes, void (*entry)())
+{
+    unsigned mxcsr = 0;
+    unsigned short control = 0;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(control));
+    void** sp = (void**)(((uintptr_t)(stack + bytes)) & ~(uintptr_t)15);
+    *--sp = nullptr;          // the return address entry never uses (it switches away instead of returning)
+    *--sp = (void*)entry;     // where emu_switch_context's ret goes
+    for (int k = 0; k < 6; ++k) *--sp = nullptr;  // rbp, rbx, r12..r15
+    *--sp = (void*)((uintptr_t)mxcsr | (uintptr_t)control << 32);
+    context.sp = sp;
+}
+#else
+struct Context {
+    ucontext_t uc;
+};
+
+inline void switch_context(Context& from, const Context& to) { swapcontext(&from.uc, &to.uc); }
+
+inline void make_context(Context& context, unsigned char* stack, size_t bytes, void (*entry)())
+{
+    getcontext(&context.uc);
+    context.uc.uc_stack.ss_sp = stack;
+    context.uc.uc_stack.ss_size = bytes;
+    context.uc.uc_link = nullptr;
+    makecontext(&context.uc, entry, 0);
+}
+#endif
+
 // The fibers of the block a slot runs now. ``progress`` counts every change a waiting fiber may be
 // waiting for (an arrival, a completed rendezvous or barrier phase, a fiber's end): a whole round
 // in which it does not move means every live fiber re-checked its condition in vain, a deadlock.
 struct Fiber {
-    ucontext_t context;
+    Context context;
     unsigned char* stack;
     bool done;
     const char* waiting_at;  // the intrinsic it waits in, for the deadlock report
 };
 
 struct Scheduler {
-    ucontext_t main;
+    Context main;
     Fiber* fibers = nullptr;
     unsigned current = 0;
     unsigned long long progress = 0;
@@ -96,7 +171,7 @@ void wait_until(const char* where, Predicate ready)
     Fiber& self = scheduler->fibers[scheduler->current];
     while (!ready()) {
         self.waiting_at = where;
-        swapcontext(&self.context, &scheduler->main);
+        switch_context(self.context, scheduler->main);
     }
     self.waiting_at = nullptr;
 }
@@ -294,14 +369,16 @@ constexpr size_t fiber_stack_bytes = 128 * 1024;
 template <class Body>
 void run_body(void* body) { (*static_cast<Body*>(body))(); }
 
-inline void fiber_entry()
+[[noreturn]] inline void fiber_entry()
 {
     Scheduler& s = *scheduler;
     s.run(s.body);
     exit_thread();
     s.fibers[s.current].done = true;
     note_progress();
-}  // returning resumes uc_link, the scheduler
+    switch_context(s.fibers[s.current].context, s.main);  // never resumed
+    __builtin_unreachable();
+}
 
 // Runs one block's threads as fibers, round-robin, until all return; 1 after a deadlock.
 template <class Body>
@@ -317,11 +394,7 @@ int run_block_as_fibers(Body& body, Fiber* fibers, unsigned threads, uint3 b, di
         Fiber& f = fibers[t];
         f.done = false;
         f.waiting_at = nullptr;
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = f.stack;
-        f.context.uc_stack.ss_size = fiber_stack_bytes;
-        f.context.uc_link = &s.main;
-        makecontext(&f.context, fiber_entry, 0);
+        make_context(f.context, f.stack, fiber_stack_bytes, fiber_entry);
     }
     unsigned live = threads;
     int code = 0;
@@ -331,7 +404,7 @@ int run_block_as_fibers(Body& body, Fiber* fibers, unsigned threads, uint3 b, di
             if (fibers[t].done) continue;
             s.current = t;
             enter_thread(t, b, grid, blockdim, &state);
-            swapcontext(&s.main, &fibers[t].context);
+            switch_context(s.main, fibers[t].context);
             if (fibers[t].done) --live;
         }
         if (live && s.progress == before) {

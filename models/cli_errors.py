@@ -1,7 +1,7 @@
 """How the CLI tells user errors from bugs, and how it reports each.
 
 User errors (a bad option, missing or corrupt data or checkpoint, no GPU, an unwritable ``--out``,
-a full disk, a model too large for the machine) are printed as one line and end with exit status
+a full disk, a model too large for the machine, an MPI or NCCL setup this machine cannot form) are printed as one line and end with exit status
 2. Every other exception is a bug: its traceback is printed, then a line asking for a report, and
 the exit status is 1. ``--debug`` prints the traceback of user errors too.
 """
@@ -12,11 +12,11 @@ import sys
 import traceback
 
 from tinygrad_caps.data import DatasetError
-from tinygrad_caps.errors import CheckpointError
+from tinygrad_caps.errors import CheckpointError, DistributedSetupError
 
 from .errors import UsageError
 
-USER_ERROR_TYPES = (UsageError, DatasetError, CheckpointError)
+USER_ERROR_TYPES = (UsageError, DatasetError, CheckpointError, DistributedSetupError)
 
 # OSErrors that describe the user's files or machine, not our code.
 ENVIRONMENT_ERRNOS = frozenset(

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_with_group_timeout
+from helpers import run_with_group_timeout, write_striped_dataset
+from tinygrad_caps.distributed.launch import mpi_available, mpirun_command
 
 TESTS = Path(__file__).resolve().parent
 STANDIN = TESTS / "cupy_standin"
@@ -80,6 +81,40 @@ def test_routing_speed_gpu_branches_run_on_the_stand_in():
 
 def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):
     assert run_standin([str(TESTS / "standin_scenarios.py"), "train_on_the_second_gpu", str(tmp_path)]).strip() == "ok"
+
+
+MPI_OK, MPI_WHY = mpi_available()
+needs_mpi = pytest.mark.skipif(not MPI_OK and os.environ.get("TINYGRAD_CAPS_REQUIRE_MPI") != "1",
+                               reason="the two-rank NCCL runs under mpirun: " + MPI_WHY)
+
+
+@needs_mpi
+def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
+    """The GPU tests of test_distributed.py: NCCL collectives and DDP under mpirun, one stand-in GPU
+    per rank, the stand-in's NCCL reducing through MPI. No GPU machine lent to this project has two
+    GPUs, so this is where the two-rank path runs."""
+    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rs", "tests/test_distributed.py"])
+    assert summary(output) == {"passed": 2, "deselected": 30}, output[-3000:]
+
+
+@needs_mpi
+def test_more_ranks_than_gpus_is_one_clear_error_on_every_rank(tmp_path):
+    """With one stand-in GPU, mpirun -n 2 would put both ranks on GPU 0, which NCCL refuses: every
+    rank stops at init with the reason (one line from the CLI, exit 2), and none waits for the other."""
+    env = dict(os.environ, CUPY_STANDIN_DEVICES="1",
+               PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    reason = "needs one GPU per rank (NCCL refuses two ranks on one GPU): "
+    done = run_with_group_timeout(mpirun_command(2) + [sys.executable, str(TESTS / "distributed_worker.py"), "nccl"],
+                                  120, env=env)
+    assert done.returncode != 0
+    assert done.stderr.count("DistributedSetupError: init(backend='nccl') " + reason) == 2, done.stderr[-3000:]
+    assert "has 2 ranks and 1 GPU." in done.stderr, done.stderr[-3000:]
+    write_striped_dataset(tmp_path / "tiny", (8, 4))
+    cli = [sys.executable, "-m", "tinygrad_caps.models.cli", "train", "--dataset", "tiny", "--data-dir", str(tmp_path),
+           "--distributed", "--device", "cuda", "--out", str(tmp_path / "run")]
+    done = run_with_group_timeout(mpirun_command(2) + cli, 120, env=env)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "tinygrad-caps train: error: init(backend='nccl') " + reason in done.stderr
 
 
 def test_nccl_collectives_and_ddp_on_one_stand_in_rank():

@@ -7,7 +7,8 @@ from ._allocator import tune_allocator
 from .autograd import (detect_anomaly, enable_grad, grad, is_anomaly_enabled, is_grad_enabled, no_grad,
                        set_grad_enabled)
 from .backend import default_device, gpu_available
-from .errors import AnomalyError, CheckpointError, DeviceError, GraphError, ShapeError, StateDictError
+from .errors import (AnomalyError, CheckpointError, DeviceError, DistributedSetupError, GraphError, ShapeError,
+                     StateDictError)
 from .random import manual_seed
 from .tensor import Tensor, as_tensor, get_default_dtype, set_default_dtype, tensor
 from .factories import arange, full, ones, ones_like, rand, randn, zeros, zeros_like
@@ -23,6 +24,7 @@ __all__ = [
     "AnomalyError",
     "CheckpointError",
     "DeviceError",
+    "DistributedSetupError",
     "GraphError",
     "ShapeError",
     "StateDictError",

@@ -32,5 +32,10 @@ class StateDictError(RuntimeError, KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+class DistributedSetupError(RuntimeError):
+    """This machine cannot form the asked-for process group: mpi4py, CuPy's NCCL or a GPU is
+    missing, or a host has more ranks than GPUs for NCCL. Raised on every rank alike."""
+
+
 class CheckpointError(ValueError, OSError):
     """A checkpoint file is truncated, corrupt, or not one that ``tinygrad_caps.save`` wrote."""

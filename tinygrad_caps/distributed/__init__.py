@@ -11,6 +11,7 @@
 Importing this module imports neither mpi4py nor CuPy; a process started without ``mpirun`` is a
 group of one (rank 0, world size 1) in which every collective is the identity.
 """
+from ..errors import DistributedSetupError
 from .ddp import DistributedDataParallel
 from .process_group import (abort, all_gather_object, all_reduce, barrier, broadcast, broadcast_object, finalize,
                             get_backend, init, is_initialized, launched_by_mpi, launcher_world_size, local_rank, rank,
@@ -18,7 +19,7 @@ from .process_group import (abort, all_gather_object, all_reduce, barrier, broad
 from .sync_batchnorm import SyncBatchNorm, all_reduce_sum, convert_sync_batchnorm, sync_batch_norm
 
 __all__ = [
-    "DistributedDataParallel", "SyncBatchNorm", "abort", "all_gather_object", "all_reduce", "all_reduce_sum",
+    "DistributedDataParallel", "DistributedSetupError", "SyncBatchNorm", "abort", "all_gather_object", "all_reduce", "all_reduce_sum",
     "barrier", "broadcast", "broadcast_object", "convert_sync_batchnorm", "finalize", "get_backend", "init",
     "is_initialized", "launched_by_mpi", "launcher_world_size", "local_rank", "rank", "sync_batch_norm", "world_size",
 ]

