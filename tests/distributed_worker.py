@@ -154,17 +154,17 @@ def no_sync_accumulation():
             "local_gradients_differ": everyone_local[0] != everyone_local[1]})
 
 
-def sync_batchnorm():
+def sync_batchnorm(backend="mpi", device="cpu"):
     """The deconv-bn decoder: with convert_sync_batchnorm 2 ranks equal one process; without, they do not.
 
     SGD, not Adam: the convolution biases in front of a batch norm have a gradient of zero up to
     rounding, which Adam's normalization would blow up to steps of size lr.
     """
-    dist.init(backend="mpi")
+    dist.init(backend=backend)
     images, labels = fake_images()
     results = {}
     for synchronized in (True, False):
-        module = small_capsnet(decoder="deconv-bn")
+        module = small_capsnet(decoder="deconv-bn").to(device=device)
         if synchronized:
             dist.convert_sync_batchnorm(module)
         model = dist.DistributedDataParallel(module)
@@ -172,11 +172,17 @@ def sync_batchnorm():
                                shard=(dist.rank(), dist.world_size()))
         train_steps(model, loader, 2, "sgd")
         trained = dict(model.state_dict())
-        reference = small_capsnet(decoder="deconv-bn")
+        reference = small_capsnet(decoder="deconv-bn").to(device=device)
         train_steps(reference, BatchIterator(images, labels, GLOBAL_BATCH, shuffle=True, seed=0), 2, "sgd")
         results["sync" if synchronized else "per_rank"] = max_relative_difference(
             trained, dict(reference.state_dict()))
     report(results)
+    dist.finalize()
+
+
+def sync_batchnorm_nccl():
+    """sync_batchnorm on GPUs (one per rank): the statistics travel through NCCL."""
+    sync_batchnorm("nccl", "cuda")
 
 
 def unused_parameter():
@@ -245,7 +251,7 @@ def nccl():
 
 
 SCENARIOS = {f.__name__: f for f in (collectives, ddp_equivalence, no_sync_accumulation, sync_batchnorm,
-                                     unused_parameter, failing_rank, nccl)}
+                                     unused_parameter, failing_rank, nccl, sync_batchnorm_nccl)}
 
 
 if __name__ == "__main__":

@@ -366,6 +366,16 @@ def test_nccl_two_ranks_on_two_gpus_equal_one_process():
     assert result["max_relative_difference"] < 1e-10
 
 
+@pytest.mark.gpu
+@pytest.mark.multigpu
+@needs_mpi
+@pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs")
+def test_sync_batchnorm_over_nccl_on_two_gpus_matches_one_process():
+    result = run_scenario("sync_batchnorm_nccl", processes=2)
+    assert result["sync"] < 1e-10
+    assert result["per_rank"] > 1e-8
+
+
 @needs_mpi
 def test_train_distributed_a_rank_without_its_data_ends_every_rank(tiny_data, tmp_path):
     """Rank 1 (another host, say) lacks the dataset while rank 0 waits for it in the first collective:
