@@ -52,3 +52,12 @@ def test_the_kernel_self_test_says_when_there_is_no_gpu():
     done = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.selftest", "--small"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "no usable GPU" in done.stdout
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="the CPU emulation needs g++")
+def test_emulation_speed_times_fibers_and_os_threads_on_the_same_launches():
+    result = run_benchmark("emulation_speed.py", "--batch", "1", "--repeat", "1", "--json")
+    assert len(result["rows"]) == 5
+    for row in result["rows"]:
+        assert row["cuda_threads"] > 0 and row["fibers_seconds"] > 0 and row["os_threads_seconds"] > 0
+        assert row["speedup"] == row["os_threads_seconds"] / row["fibers_seconds"]
