@@ -1,8 +1,8 @@
 // CPU emulation of the CUDA features our kernels use, so the same .cu source runs under g++.
 //
 // Every CUDA thread is one std::thread, or, when EMU_FIBERS is defined (builds without a
-// sanitizer), one fiber (ucontext) on the slot's OS thread: a block's fibers run round-robin and
-// one that must wait (at __syncthreads or a warp intrinsic) yields to the next. Fibers follow the
+// sanitizer), one fiber (a stack of its own) on the slot's OS thread: a block's fibers run
+// round-robin and one that must wait (at __syncthreads or a warp intrinsic) yields to the next. Fibers follow the
 // same rules through the same code as threads, run 30 to 800 times faster, and turn a block
 // whose threads all wait forever into a reported deadlock instead of a hang. ThreadSanitizer needs
 // OS threads to see races, so sanitized builds use them.
@@ -10,9 +10,10 @@
 // A block's threads meet at __syncthreads() on a barrier; a thread that returns drops out of it.
 // Threads are grouped into warps of 32 lanes (by linear thread index, as CUDA does); the warp
 // intrinsics (__shfl*_sync, __ballot_sync, __syncwarp) are rendezvous points where the warp's
-// live lanes advance in lockstep, exchange values through a per-warp mailbox, and check their masks: a lane outside its own mask, lanes
-// that disagree on the intrinsic or the mask, a mask naming a lane that did not arrive, or a
-// shuffle from such a lane, is recorded as an error and the launch fails.
+// live lanes advance in lockstep, exchange values through a per-warp mailbox, and check their
+// masks: a lane outside its own mask, lanes that disagree on the intrinsic or the mask, a mask
+// naming a lane that did not arrive, or a shuffle from such a lane, is recorded as an error and
+// the launch fails.
 //
 // Blocks: the emulation loads one copy of the kernel library per "slot" and runs the slots on
 // separate threads at once, block k on slot k % slots, so two blocks really run concurrently
@@ -157,7 +158,7 @@ struct Scheduler {
     Fiber* fibers = nullptr;
     unsigned current = 0;
     unsigned long long progress = 0;
-    void (*run)(void*) = nullptr;  // the kernel body, type-erased for makecontext's entry
+    void (*run)(void*) = nullptr;  // the kernel body, type-erased for the fibers' entry
     void* body = nullptr;
 };
 inline thread_local Scheduler* scheduler = nullptr;
@@ -253,7 +254,7 @@ inline std::mutex error_mutex;
 inline std::vector<std::pair<int, std::string>> errors;
 inline std::string error_report;
 
-enum ErrorKind { excluded_self, absent_lanes, diverged, mixed_masks, absent_source, deadlock };
+enum ErrorKind { excluded_self, absent_lanes, diverged, mixed_masks, absent_source, deadlock, no_memory };
 
 inline void fail(int kind, const char* format, ...)
 {
@@ -441,7 +442,7 @@ int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsig
     void* region = mmap(nullptr, stride * threads_per_block, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (region == MAP_FAILED) {
-        fail(deadlock, "cannot map %u fiber stacks", threads_per_block);
+        fail(no_memory, "cannot map %u fiber stacks", threads_per_block);
         return 1;
     }
     std::unique_ptr<Fiber[]> fibers = std::make_unique<Fiber[]>(threads_per_block);

