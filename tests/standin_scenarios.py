@@ -159,8 +159,39 @@ def nccl_one_rank(_):
     print("ok")
 
 
+def nccl_runs_when_waited_for(_):
+    """Under mpirun -n 2, one stand-in GPU per rank: a collective on a side stream runs only when
+    something waits for it, so a reader that does not wait sees the old values (the race a GPU
+    would allow), and a freed buffer is an error when the collective runs, as a GPU would corrupt
+    memory. Without this, a missing wait in DDP would pass here."""
+    import cupy
+
+    import tinygrad_caps.distributed as dist
+    from tinygrad_caps.distributed.process_group import nccl_all_reduce
+
+    dist.init(backend="nccl")
+    rank = dist.rank()
+    side = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.full(4, float(rank + 1), dtype=cupy.float32)
+    nccl_all_reduce(x, stream=side)
+    assert float(x[0]) == rank + 1, "the collective ran before anything waited for it"
+    done = side.record()
+    cupy.cuda.get_current_stream().wait_event(done)
+    assert float(x[0]) == 3.0, float(x[0])
+    y = cupy.full(4, 1.0, dtype=cupy.float32)
+    nccl_all_reduce(y, stream=side)
+    cupy.cuda.Device().synchronize()  # the device's synchronize waits for every stream
+    assert float(y[0]) == 2.0
+    z = cupy.full(4, 1.0, dtype=cupy.float32)
+    nccl_all_reduce(z, stream=side)
+    del z
+    expect(cupy.cuda.nccl.NcclError, side.synchronize, "a collective whose buffer was freed before it ran")
+    dist.finalize()
+    print("ok")
+
+
 SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, tensor_api_on_the_second_gpu,
-                                     train_on_the_second_gpu, nccl_one_rank)}
+                                     train_on_the_second_gpu, nccl_one_rank, nccl_runs_when_waited_for)}
 
 if __name__ == "__main__":  # NAME[,NAME...] [DIR]
     for name in sys.argv[1].split(","):

@@ -98,6 +98,15 @@ def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
 
 
 @needs_mpi
+def test_a_collective_on_a_side_stream_runs_only_when_waited_for():
+    env = dict(os.environ, CUPY_STANDIN_DEVICES="2",
+               PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    done = run_with_group_timeout(mpirun_command(2) + [sys.executable, str(TESTS / "standin_scenarios.py"),
+                                                       "nccl_runs_when_waited_for"], 120, env=env)
+    assert done.returncode == 0 and done.stdout.split() == ["ok", "ok"], done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@needs_mpi
 def test_more_ranks_than_gpus_is_one_clear_error_on_every_rank(tmp_path):
     """With one stand-in GPU, mpirun -n 2 would put both ranks on GPU 0, which NCCL refuses: every
     rank stops at init with the reason (one line from the CLI, exit 2), and none waits for the other."""

@@ -19,10 +19,11 @@ without a GPU to tell it:
   module's code, every array argument on the current GPU, and every scalar a sized NumPy scalar
   (CuPy would pass a Python int as a 64-bit value to an ``int`` parameter, silently);
 - ``cupy.cuda``: devices, streams, events (timed on the host), ``MemoryHook`` with malloc/free
-  callbacks for every new array, the default memory pool's ``used_bytes``. ``cupy.cuda.nccl``: one rank, or one per
-  ``mpirun`` process through MPI.
+  callbacks for every new array, the default memory pool's ``used_bytes``; ``cupy.cuda.nccl``:
+  one rank, or one per ``mpirun`` process through MPI, its collectives on a side stream deferred
+  until something waits for them.
 
-It is not CuPy: everything runs synchronously on the host, nothing is measured, dtype rules are
+It is not CuPy: everything else runs synchronously on the host, nothing is measured, dtype rules are
 NumPy's. It exists to run the code that only a GPU runs before a GPU runs it. Test use only.
 """
 from __future__ import annotations

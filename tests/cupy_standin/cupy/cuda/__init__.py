@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import weakref
 
 import numpy
 
@@ -31,7 +32,9 @@ class Device:
         _local.device = self.id
 
     def synchronize(self):
-        pass
+        for stream in list(_streams.values()):
+            if stream.device_id == self.id:
+                stream.synchronize()
 
     def __enter__(self):
         self._previous.append(_current_device())
@@ -52,7 +55,12 @@ class Device:
 
 
 class Stream:
-    """A stream: everything here runs at once, so it only remembers what is current."""
+    """A stream. Compute runs at once whatever the stream; NCCL collectives enqueued on a stream
+    other than the null stream are deferred until something waits for them: the stream's
+    ``synchronize``, an event recorded after them (its ``synchronize``, or another stream's
+    ``wait_event``), the device's ``synchronize``. So a collective runs as late as a GPU may run
+    it, and code that reads its result without waiting reads the old values, as a race on a GPU
+    would let it."""
 
     null = None
 
@@ -60,17 +68,37 @@ class Stream:
         self.ptr = 0 if null else id(self)
         self.device_id = _current_device()
         self._previous = []
+        self._pending = []   # deferred work, in order
+        self._enqueued = 0   # work ever enqueued (an event records this count)
+        self._finished = 0
+        if not null:
+            _streams[self.ptr] = self
+
+    def _enqueue(self, work):
+        """Run ``work`` at once on the null stream, else when this stream is waited for."""
+        if self.ptr == 0:
+            work()
+            return
+        self._pending.append(work)
+        self._enqueued += 1
+
+    def _run_until(self, count):
+        while self._finished < count:
+            work = self._pending.pop(0)
+            self._finished += 1
+            work()
 
     def use(self):
         _local.stream = self
         return self
 
     def synchronize(self):
-        pass
+        self._run_until(self._enqueued)
 
     def wait_event(self, event):
         if not isinstance(event, Event):
             raise TypeError(f"wait_event takes a cupy.cuda.Event, got {type(event)}")
+        event._complete()
 
     def record(self, event=None):
         event = event or Event()
@@ -86,6 +114,7 @@ class Stream:
         _local.stream = self._previous.pop()
 
 
+_streams = weakref.WeakValueDictionary()  # ptr -> Stream, every stream but the null stream
 Stream.null = Stream(null=True)
 
 
@@ -93,22 +122,42 @@ def get_current_stream(device_id=None):
     return getattr(_local, "stream", None) or Stream.null
 
 
+def stream_of(ptr: int) -> Stream:
+    """The live Stream whose ``ptr`` this is (0: the null stream)."""
+    if ptr == 0:
+        return Stream.null
+    try:
+        return _streams[ptr]
+    except KeyError:
+        raise runtime.CUDARuntimeError(f"cudaErrorInvalidResourceHandle: no live stream has handle {ptr:#x}") from None
+
+
 class Event:
-    """An event timed by the host clock (work here is synchronous)."""
+    """An event timed by the host clock; completing it runs the deferred work recorded before it."""
 
     def __init__(self, block=False, disable_timing=False, interprocess=False):
         self.disable_timing = disable_timing
         self._time = None
+        self._stream, self._count = None, 0
 
     def record(self, stream=None):
         if stream is not None and not isinstance(stream, Stream):
             raise TypeError(f"record takes a cupy.cuda.Stream, got {type(stream)}")
+        stream = stream or get_current_stream()
+        self._stream, self._count = stream, stream._enqueued
         self._time = time.perf_counter()
 
-    def synchronize(self):
-        pass
+    def _complete(self):
+        if self._stream is not None:
+            self._stream._run_until(self._count)
 
-    done = property(lambda self: True)
+    def synchronize(self):
+        self._complete()
+
+    @property
+    def done(self):
+        self._complete()
+        return True
 
 
 def get_elapsed_time(start: Event, end: Event) -> float:

@@ -6,7 +6,9 @@ memory behind the pointers. Either way what is checked is what NCCL would read o
 pointer points into a live array on the communicator's GPU, ``count`` values of ``datatype`` fit
 in it from there on, the stream is a stream's handle, every rank was given the same unique id
 (NCCL would hang otherwise), the ranks are 0..n-1 once each, and no two ranks of a host share a
-GPU (NCCL refuses that). Collectives run at once, in call order, as if on one stream."""
+GPU (NCCL refuses that). A collective on the null stream runs at once; on another stream it
+runs when something waits for that stream (see ``cupy.cuda.Stream``), and its buffers must still
+be live then."""
 import ctypes
 import os
 import socket
@@ -14,6 +16,7 @@ import socket
 import numpy
 
 from .. import _allocation_of, _current_device
+from . import stream_of
 
 available = True
 NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_UINT32, NCCL_INT64, NCCL_UINT64 = 0, 1, 2, 3, 4, 5
@@ -93,17 +96,27 @@ class NcclCommunicator:
         raw = (ctypes.c_char * (count * _ITEMSIZE[datatype])).from_address(pointer)
         return numpy.frombuffer(raw, dtype=_DTYPE[datatype])
 
+    def _live(self, name, pointer):
+        if _allocation_of(pointer) is None:
+            raise NcclError(f"{name}: the buffer at {pointer:#x} was freed before the collective ran")
+
     def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):
         if op not in (NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN):
             raise NcclError(f"allReduce: unknown op {op}")
         self._check("allReduce", sendbuf, count, datatype, stream)
         self._check("allReduce", recvbuf, count, datatype, stream)
-        if self._mpi is not None:
-            recv = self._values(recvbuf, count, datatype)
-            send = self._in_place if sendbuf == recvbuf else self._values(sendbuf, count, datatype)
-            self._mpi.Allreduce(send, recv, op=self._ops[op])
-        elif sendbuf != recvbuf:  # one rank: the reduction of one value is that value
-            ctypes.memmove(recvbuf, sendbuf, count * _ITEMSIZE[datatype])
+
+        def run():
+            self._live("allReduce", sendbuf)
+            self._live("allReduce", recvbuf)
+            if self._mpi is not None:
+                recv = self._values(recvbuf, count, datatype)
+                send = self._in_place if sendbuf == recvbuf else self._values(sendbuf, count, datatype)
+                self._mpi.Allreduce(send, recv, op=self._ops[op])
+            elif sendbuf != recvbuf:  # one rank: the reduction of one value is that value
+                ctypes.memmove(recvbuf, sendbuf, count * _ITEMSIZE[datatype])
+
+        stream_of(stream)._enqueue(run)
 
     def broadcast(self, sendbuf, recvbuf, count, datatype, root, stream):
         if not 0 <= root < self._size:
@@ -111,10 +124,15 @@ class NcclCommunicator:
         self._check("broadcast", recvbuf, count, datatype, stream)
         if self._rank == root:
             self._check("broadcast", sendbuf, count, datatype, stream)
-            if sendbuf != recvbuf:
+
+        def run():
+            self._live("broadcast", recvbuf)
+            if self._rank == root and sendbuf != recvbuf:
                 ctypes.memmove(recvbuf, sendbuf, count * _ITEMSIZE[datatype])
-        if self._mpi is not None:
-            self._mpi.Bcast(self._values(recvbuf, count, datatype), root=root)
+            if self._mpi is not None:
+                self._mpi.Bcast(self._values(recvbuf, count, datatype), root=root)
+
+        stream_of(stream)._enqueue(run)
 
     def bcast(self, buff, count, datatype, root, stream):
         self.broadcast(buff, buff, count, datatype, root, stream)
@@ -126,6 +144,9 @@ class NcclCommunicator:
         return self._size
 
     def destroy(self):
+        # NCCL finishes what was enqueued before it frees the communicator
+        for pending in list(_pending_streams()):
+            pending.synchronize()
         self._alive = False
         if self._mpi is not None:
             self._mpi.Free()
@@ -133,6 +154,12 @@ class NcclCommunicator:
 
     def abort(self):
         self.destroy()
+
+
+def _pending_streams():
+    from . import _streams
+
+    return [stream for stream in _streams.values() if stream._pending]
 
 
 __all__ = [name for name in dir() if name.startswith("NCCL_")] + ["NcclCommunicator", "get_unique_id", "available"]
