@@ -1,0 +1,69 @@
+"""Every capsule and routing kernel against NumPy over generated shapes, dtypes, block sizes and
+grid caps, on the CPU emulation (fibers make a launch cheap enough for Hypothesis). The fixed
+cases in test_kernels_emulation.py name the awkward shapes we thought of; these find the ones we
+did not: odd D with and without the vector path, partial warps and blocks, several rows or
+chunks per block, grid-stride loops of one to three blocks."""
+import functools
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinygrad_caps.kernels import capsule, routing
+from tinygrad_caps.kernels.emulation import Emulator, reference_routing
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
+
+WARPS = st.sampled_from([32, 64, 96, 128, 256])  # block sizes in whole warps
+DTYPES = st.sampled_from([np.float32, np.float64])
+GRID_CAPS = st.sampled_from([None, 1, 2, 3])     # None: CUDA's limits; else grid-stride passes
+
+
+@functools.lru_cache(maxsize=None)
+def emulator(max_blocks):
+    return Emulator(max_blocks=max_blocks)
+
+
+def close(got, want, dtype):
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+@given(b=st.integers(1, 12), i=st.integers(1, 24), j=st.integers(1, 6), d=st.integers(1, 18), k=st.integers(1, 9),
+       dtype=DTYPES, threads=WARPS, max_blocks=GRID_CAPS, seed=st.integers(0, 2 ** 16))
+def test_capsule_kernels_over_generated_shapes(b, i, j, d, k, dtype, threads, max_blocks, seed):
+    rng = np.random.default_rng(seed)
+    u, w = rng.standard_normal((b, i, k)).astype(dtype), rng.standard_normal((i, j, d, k)).astype(dtype)
+    g = rng.standard_normal((b, i, j, d)).astype(dtype)
+    run = emulator(max_blocks)
+    close(capsule.capsule_predict(u, w, run, threads), np.einsum("ijdk,bik->bijd", w, u), dtype)
+    grad_u, grad_w = capsule.capsule_grad(g, u, w, run, threads)
+    close(grad_u, np.einsum("ijdk,bijd->bik", w, g), dtype)
+    close(grad_w, np.einsum("bijd,bik->ijdk", g, u), dtype)
+    close(capsule.capsule_grad_u(g, w, run, threads), np.einsum("ijdk,bijd->bik", w, g), dtype)
+    close(capsule.capsule_grad_w(g, u, run, threads), np.einsum("bijd,bik->ijdk", g, u), dtype)
+
+
+@given(b=st.integers(1, 12), i=st.integers(1, 40), j=st.integers(1, 10), d=st.integers(1, 20),
+       dtype=DTYPES, threads=WARPS, max_blocks=GRID_CAPS, seed=st.integers(0, 2 ** 16))
+def test_routing_contractions_over_generated_shapes(b, i, j, d, dtype, threads, max_blocks, seed):
+    rng = np.random.default_rng(seed)
+    c, u_hat = rng.standard_normal((b, i, j)).astype(dtype), rng.standard_normal((b, i, j, d)).astype(dtype)
+    v = rng.standard_normal((b, j, d)).astype(dtype)
+    run = emulator(max_blocks)
+    summed = routing.routing_weighted_sum(c, u_hat, run, threads)
+    close(summed, np.einsum("bij,bijd->bjd", c, u_hat), dtype)
+    np.testing.assert_array_equal(routing.routing_weighted_sum(c, u_hat, run, threads), summed)  # deterministic
+    close(routing.routing_agreement(u_hat, v, run, threads), np.einsum("bijd,bjd->bij", u_hat, v), dtype)
+
+
+@given(b=st.integers(1, 4), i=st.integers(1, 24), j=st.integers(1, 10), d=st.integers(1, 20),
+       iterations=st.integers(1, 3), dtype=DTYPES, threads=st.sampled_from([1, 7, 32, 64, 256, 1024]),
+       seed=st.integers(0, 2 ** 16))
+def test_fused_routing_forward_over_generated_shapes(b, i, j, d, iterations, dtype, threads, seed):
+    u_hat = np.random.default_rng(seed).standard_normal((b, i, j, d)).astype(dtype) * 0.3
+    got = routing.routing_forward(u_hat, iterations, 1e-8, emulator(None), threads=threads)
+    for name, value, want in zip(("v", "c", "logits"), got, reference_routing(u_hat, iterations, 1e-8)):
+        close(value, want, dtype)
