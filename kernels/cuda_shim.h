@@ -72,8 +72,8 @@ constexpr unsigned warp_size = 32;
 // A fiber's saved machine state, and the switch between two of them. On x86-64 a switch saves the
 // callee-saved registers, MXCSR and the x87 control word on the old stack and swaps stack pointers:
 // no system call (ucontext's swapcontext saves the signal mask with one, which made it the
-// emulation's main cost). Elsewhere ucontext does it.
-#if defined(__x86_64__)
+// emulation's main cost). Elsewhere, or with EMU_UCONTEXT (to test that path), ucontext does it.
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
 extern "C" void emu_switch_context(void** save_sp, void* load_sp);
 asm(R"(
     .text

@@ -129,15 +129,21 @@ class Emulator:
         max_blocks: the most blocks a launcher may put in a grid for this runner (None: CUDA's limits).
         os_threads: run each CUDA thread as an OS thread instead of a fiber. None: only under a
             sanitizer, which needs them (ThreadSanitizer sees races between OS threads).
+        fiber_switch: "auto" (an x86-64 stack switch there, ucontext elsewhere) or "ucontext"
+            (the portable switch, so that x86-64 machines test what ARM machines run).
     """
 
     def __init__(self, sanitize: str | None = None, build_dir: str | None = None, source_dir: str | None = None,
-                 slots: int = 2, max_blocks: int | None = None, os_threads: bool | None = None):
+                 slots: int = 2, max_blocks: int | None = None, os_threads: bool | None = None,
+                 fiber_switch: str = "auto"):
         if sanitize not in SANITIZER_FLAGS:
             raise ValueError(f"Emulator: sanitize must be None, 'thread' or 'address', got {sanitize!r}")
         if sanitize and os_threads is False:
             raise ValueError(f"Emulator: sanitize={sanitize!r} needs os_threads (the sanitizers watch OS threads)")
         self.os_threads = bool(sanitize) if os_threads is None else os_threads
+        if fiber_switch not in ("auto", "ucontext"):
+            raise ValueError(f"Emulator: fiber_switch must be 'auto' or 'ucontext', got {fiber_switch!r}")
+        self.fiber_switch = fiber_switch
         if slots < 1 or (max_blocks is not None and max_blocks < 1):
             raise ValueError(f"Emulator: slots and max_blocks must be >= 1, got {slots} and {max_blocks}")
         self.sanitize = sanitize
@@ -172,9 +178,11 @@ class Emulator:
         shim = (SOURCE_DIR / "cuda_shim.h").read_text()
         texts = [(self.source_dir / s).read_text() for s in sources]
         flags = COMMON_FLAGS + SANITIZER_FLAGS[self.sanitize] + ([] if self.os_threads else ["-DEMU_FIBERS"])
+        if not self.os_threads and self.fiber_switch == "ucontext":
+            flags.append("-DEMU_UCONTEXT")
         digest = hashlib.sha256("".join([wrapper, shim, " ".join(flags)] + texts).encode()).hexdigest()[:16]
         self.build_dir.mkdir(parents=True, exist_ok=True)
-        kind = self.sanitize or ("threads" if self.os_threads else "fibers")
+        kind = self.sanitize or ("threads" if self.os_threads else f"fibers-{self.fiber_switch}")
         library = self.build_dir / f"kernels-{kind}-{digest}.so"
         if library.exists():
             return library

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tinygrad_caps.kernels import capsule, conv, routing
-from tinygrad_caps.kernels.emulation import Emulator, reference_col2im, reference_im2col, sanitizer_environment
+from tinygrad_caps.kernels.emulation import (Emulator, reference_col2im, reference_im2col, sanitizer_environment,
+                                              selfcheck)
 from tinygrad_caps.kernels.launch import KernelLaunch, cuda_sources, source_text
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
@@ -86,6 +87,14 @@ def test_fused_routing_forward_equals_numpy(emulator, shape, dtype):
         np.testing.assert_allclose(v, want_v, **tolerance(dtype))
         np.testing.assert_allclose(c, want_c, **tolerance(dtype))
         np.testing.assert_allclose(logits, want_logits, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("ways", [dict(fiber_switch="ucontext"), dict(os_threads=True)],
+                         ids=["fibers-ucontext", "os-threads"])
+def test_every_kernel_agrees_with_numpy_whichever_way_threads_run(ways):
+    """The default (fibers with the x86-64 switch) runs every other test; the portable switch that
+    ARM machines use, and OS threads without a sanitizer, must agree as well."""
+    assert selfcheck(Emulator(max_blocks=3, **ways)) == []
 
 
 @pytest.mark.parametrize("name", cuda_sources())

@@ -132,10 +132,12 @@ def kernel_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["fibers", "os-threads"])
+@pytest.fixture(scope="module", params=["fibers", "fibers-ucontext", "os-threads"])
 def emulator(kernel_dir, request):
-    """Both ways of running CUDA threads must follow the same rules and report the same errors."""
-    return Emulator(source_dir=kernel_dir, os_threads=request.param)
+    """Every way of running CUDA threads must follow the same rules and report the same errors
+    (fibers-ucontext: the portable fiber switch that ARM machines use, tested here on x86-64)."""
+    return Emulator(source_dir=kernel_dir, os_threads=request.param == "os-threads",
+                    fiber_switch="ucontext" if request.param == "fibers-ucontext" else "auto")
 
 
 def launch(name, grid, block, args, outputs=(), shared=0):
@@ -163,9 +165,10 @@ def test_planted_warp_errors_are_reported(emulator, kernel, block, n, message):
         emulator(launch(kernel, (1,), (block,), (out, np.int32(n))))
 
 
-def test_fibers_report_a_deadlock_instead_of_hanging(kernel_dir):
+@pytest.mark.parametrize("switch", ["auto", "ucontext"])
+def test_fibers_report_a_deadlock_instead_of_hanging(kernel_dir, switch):
     # with OS threads this launch would hang: every thread waits for one that waits elsewhere
-    emulator = Emulator(source_dir=kernel_dir, os_threads=False)
+    emulator = Emulator(source_dir=kernel_dir, os_threads=False, fiber_switch=switch)
     with pytest.raises(EmulationError, match=r"deadlock in block 1: 32 live threads wait forever "
                                              r"\(16 at __syncthreads, 16 at a warp intrinsic"):
         emulator(launch("stuck", (2,), (32,), (np.zeros(64, np.float32), np.int32(0))))
