@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_with_group_timeout, write_striped_dataset
+from helpers import metrics_without_times, run_with_group_timeout, write_striped_dataset
 from tinygrad_caps.distributed.launch import mpi_available, mpirun_command
 
 TESTS = Path(__file__).resolve().parent
@@ -95,6 +95,36 @@ def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
     GPUs, so this is where the two-rank path runs."""
     output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rs", "tests/test_distributed.py"])
     assert summary(output) == {"passed": 3, "deselected": 30}, output[-3000:]
+
+
+@needs_mpi
+def test_distributed_training_on_two_stand_in_gpus_equals_one_gpu(tmp_path):
+    """`train --distributed --device cuda` under mpirun -n 2 (NCCL, one stand-in GPU per rank), then
+    --resume from its checkpoint for a second epoch, against one process on one GPU for two epochs."""
+    write_striped_dataset(tmp_path / "data" / "tiny", (64, 32), size=12, cycle_labels=True, stripe_end=9)
+    env = dict(os.environ, CUPY_STANDIN_DEVICES="2", TINYGRAD_CAPS_REQUIRE_GPU="1", OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS),
+                                                                    os.environ.get("PYTHONPATH", "")]))
+
+    def train(out, epochs, *extra, processes=1):
+        launcher = mpirun_command(processes) if processes > 1 else []
+        command = launcher + [sys.executable, "-m", "tinygrad_caps.models.cli", "train", "--dataset", "tiny",
+                              "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / out), "--epochs", str(epochs),
+                              "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
+                              "--kernel-size", "3", "--batch-size", "16", "--dtype", "float64", "--augment", "none",
+                              "--no-progress", "--device", "cuda", *extra]
+        done = run_with_group_timeout(command, 180, env=env)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    train("one", 2)
+    train("two", 1, "--distributed", processes=2)
+    train("two", 2, "--distributed", "--resume", processes=2)
+    one, two = metrics_without_times(tmp_path / "one"), metrics_without_times(tmp_path / "two")
+    assert len(one) == len(two) == 2
+    for a, b in zip(two, one):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert abs(a[key] - b[key]) <= 1e-10 * max(abs(b[key]), 1e-300), (key, a[key], b[key])
 
 
 @needs_mpi
