@@ -1,10 +1,15 @@
-"""Hypothesis strategies shared by the gradient property tests."""
+"""Hypothesis strategies shared by the gradient property tests, and helpers shared by the tests
+that run processes (mpirun ranks, the CLI, the CuPy stand-in)."""
 import gzip
+import os
+import sys
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from tinygrad_caps.distributed.launch import mpi_available
 from tinygrad_caps.testing import check_gradients
 
 
@@ -125,3 +130,43 @@ def damaged_deflate(data: bytes) -> bytes:
     block type), so that reading it raises zlib.error, which is not an OSError."""
     compressed = gzip.compress(data)  # a 10-byte header: no file name
     return compressed[:10] + b"\xff" + compressed[11:]
+
+
+# ----- processes under mpirun, and the train command on a tiny dataset -----
+MPI_OK, MPI_WHY = mpi_available()
+# CI sets TINYGRAD_CAPS_REQUIRE_MPI=1: there a missing MPI is a failure, not a skip.
+needs_mpi = pytest.mark.skipif(not MPI_OK and os.environ.get("TINYGRAD_CAPS_REQUIRE_MPI") != "1", reason=MPI_WHY)
+
+
+def single_thread_env():
+    """Environment for ranks: one BLAS thread each (2 ranks on 2 cores), no launcher variables of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", TINYGRAD_CAPS_DEVICE="cpu")
+    env.setdefault("NCCL_SOCKET_IFNAME", "lo")  # every rank is on this machine (which may have no network)
+    return env
+
+
+TINY_TRAIN = ["--dataset", "tiny", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4",
+              "--digit-dim", "4", "--kernel-size", "3", "--batch-size", "16", "--dtype", "float64", "--augment", "none",
+              "--no-progress"]
+
+
+def write_tiny_data(root):
+    """The "tiny" dataset of the train-command tests (64 training, 32 test images) under ``root/tiny``; returns ``root``."""
+    write_striped_dataset(root / "tiny", (64, 32), size=12, cycle_labels=True, stripe_end=9)
+    return root
+
+
+def train_command(data_dir, out, *extra):
+    """``tinygrad-caps train`` of a small float64 CapsNet on the tiny dataset in ``data_dir``."""
+    return [sys.executable, "-m", "tinygrad_caps.models.cli", "train", "--data-dir", str(data_dir), "--out", str(out),
+            *TINY_TRAIN, *extra]
+
+
+def assert_metrics_close(a, b, tolerance=1e-10):
+    """Two runs' metrics lines (``metrics_without_times``) agree, key by key, to ``tolerance`` relative."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert abs(x[key] - y[key]) <= tolerance * max(abs(y[key]), 1e-300), (key, x[key], y[key])

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import metrics_without_times, run_with_group_timeout, write_striped_dataset
-from tinygrad_caps.distributed.launch import mpi_available, mpirun_command
+from helpers import (assert_metrics_close, metrics_without_times, needs_mpi, run_with_group_timeout, single_thread_env,
+                     train_command, write_striped_dataset, write_tiny_data)
+from tinygrad_caps.distributed.launch import mpirun_command
 
 TESTS = Path(__file__).resolve().parent
 STANDIN = TESTS / "cupy_standin"
@@ -21,11 +22,20 @@ STANDIN = TESTS / "cupy_standin"
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the kernels' CPU emulation needs g++")
 
 
-def run_standin(args, cwd=TESTS.parent, timeout=300):
-    env = dict(os.environ, CUPY_STANDIN_DEVICES="2", TINYGRAD_CAPS_REQUIRE_GPU="1",
-               PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+def launch_standin(command, devices=2, processes=1, cwd=TESTS.parent, timeout=300):
+    """Run ``command`` (its Python programs see the stand-in as ``cupy``, with ``devices`` GPUs), under
+    ``mpirun -n processes`` when processes > 1 (one BLAS thread per rank); returns the completed process."""
+    env = single_thread_env() if processes > 1 else dict(os.environ)
     env.pop("TINYGRAD_CAPS_DEVICE", None)
-    result = run_with_group_timeout([sys.executable, *args], timeout, cwd=cwd, env=env)
+    env.update(CUPY_STANDIN_DEVICES=str(devices), TINYGRAD_CAPS_REQUIRE_GPU="1",
+               PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    launcher = mpirun_command(processes) if processes > 1 else []
+    return run_with_group_timeout(launcher + command, timeout, cwd=cwd, env=env)
+
+
+def run_standin(args, **kwargs):
+    """``python *args`` under the stand-in (see launch_standin); it must succeed; returns its stdout."""
+    result = launch_standin([sys.executable, *args], **kwargs)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
     return result.stdout
 
@@ -83,11 +93,6 @@ def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):
     assert run_standin([str(TESTS / "standin_scenarios.py"), "train_on_the_second_gpu", str(tmp_path)]).strip() == "ok"
 
 
-MPI_OK, MPI_WHY = mpi_available()
-needs_mpi = pytest.mark.skipif(not MPI_OK and os.environ.get("TINYGRAD_CAPS_REQUIRE_MPI") != "1",
-                               reason="the two-rank NCCL runs under mpirun: " + MPI_WHY)
-
-
 @needs_mpi
 def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
     """The GPU tests of test_distributed.py: NCCL collectives and DDP under mpirun, one stand-in GPU
@@ -101,57 +106,40 @@ def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
 def test_distributed_training_on_two_stand_in_gpus_equals_one_gpu(tmp_path):
     """`train --distributed --device cuda` under mpirun -n 2 (NCCL, one stand-in GPU per rank), then
     --resume from its checkpoint for a second epoch, against one process on one GPU for two epochs."""
-    write_striped_dataset(tmp_path / "data" / "tiny", (64, 32), size=12, cycle_labels=True, stripe_end=9)
-    env = dict(os.environ, CUPY_STANDIN_DEVICES="2", TINYGRAD_CAPS_REQUIRE_GPU="1", OMP_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS),
-                                                                    os.environ.get("PYTHONPATH", "")]))
+    data = write_tiny_data(tmp_path / "data")
 
     def train(out, epochs, *extra, processes=1):
-        launcher = mpirun_command(processes) if processes > 1 else []
-        command = launcher + [sys.executable, "-m", "tinygrad_caps.models.cli", "train", "--dataset", "tiny",
-                              "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / out), "--epochs", str(epochs),
-                              "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-                              "--kernel-size", "3", "--batch-size", "16", "--dtype", "float64", "--augment", "none",
-                              "--no-progress", "--device", "cuda", *extra]
-        done = run_with_group_timeout(command, 180, env=env)
+        command = train_command(data, tmp_path / out, "--epochs", str(epochs), "--device", "cuda", *extra)
+        done = launch_standin(command, processes=processes, timeout=180)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     train("one", 2)
     train("two", 1, "--distributed", processes=2)
     train("two", 2, "--distributed", "--resume", processes=2)
-    one, two = metrics_without_times(tmp_path / "one"), metrics_without_times(tmp_path / "two")
-    assert len(one) == len(two) == 2
-    for a, b in zip(two, one):
-        assert a.keys() == b.keys()
-        for key in a:
-            assert abs(a[key] - b[key]) <= 1e-10 * max(abs(b[key]), 1e-300), (key, a[key], b[key])
+    two = metrics_without_times(tmp_path / "two")
+    assert len(two) == 2
+    assert_metrics_close(two, metrics_without_times(tmp_path / "one"))
 
 
 @needs_mpi
 def test_a_collective_on_a_side_stream_runs_only_when_waited_for():
-    env = dict(os.environ, CUPY_STANDIN_DEVICES="2",
-               PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    done = run_with_group_timeout(mpirun_command(2) + [sys.executable, str(TESTS / "standin_scenarios.py"),
-                                                       "nccl_runs_when_waited_for"], 120, env=env)
-    assert done.returncode == 0 and done.stdout.split() == ["ok", "ok"], done.stdout[-3000:] + done.stderr[-3000:]
+    output = run_standin([str(TESTS / "standin_scenarios.py"), "nccl_runs_when_waited_for"], processes=2, timeout=120)
+    assert output.split() == ["ok", "ok"], output[-3000:]
 
 
 @needs_mpi
 def test_more_ranks_than_gpus_is_one_clear_error_on_every_rank(tmp_path):
     """With one stand-in GPU, mpirun -n 2 would put both ranks on GPU 0, which NCCL refuses: every
     rank stops at init with the reason (one line from the CLI, exit 2), and none waits for the other."""
-    env = dict(os.environ, CUPY_STANDIN_DEVICES="1",
-               PYTHONPATH=os.pathsep.join([str(STANDIN), str(TESTS), os.environ.get("PYTHONPATH", "")]))
     reason = "needs one GPU per rank (NCCL refuses two ranks on one GPU): "
-    done = run_with_group_timeout(mpirun_command(2) + [sys.executable, str(TESTS / "distributed_worker.py"), "nccl"],
-                                  120, env=env)
+    done = launch_standin([sys.executable, str(TESTS / "distributed_worker.py"), "nccl"], devices=1, processes=2,
+                          timeout=120)
     assert done.returncode != 0
     assert done.stderr.count("DistributedSetupError: init(backend='nccl') " + reason) == 2, done.stderr[-3000:]
     assert "has 2 ranks and 1 GPU." in done.stderr, done.stderr[-3000:]
     write_striped_dataset(tmp_path / "tiny", (8, 4))
-    cli = [sys.executable, "-m", "tinygrad_caps.models.cli", "train", "--dataset", "tiny", "--data-dir", str(tmp_path),
-           "--distributed", "--device", "cuda", "--out", str(tmp_path / "run")]
-    done = run_with_group_timeout(mpirun_command(2) + cli, 120, env=env)
+    cli = train_command(tmp_path, tmp_path / "run", "--distributed", "--device", "cuda")
+    done = launch_standin(cli, devices=1, processes=2, timeout=120)
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "tinygrad-caps train: error: init(backend='nccl') " + reason in done.stderr
 

@@ -18,23 +18,13 @@ from hypothesis import given, strategies as st
 import tinygrad_caps as tc
 import tinygrad_caps.distributed as dist
 from tinygrad_caps.data import BatchIterator
-from tinygrad_caps.distributed.launch import mpi_available, mpirun_command
+from tinygrad_caps.distributed.launch import mpirun_command
 
-from helpers import (arrays, check_both, gpu_count, metrics_without_times as metric_lines, on_grid,
-                     run_with_group_timeout, shapes, write_striped_dataset)
+from helpers import (MPI_OK, arrays, assert_metrics_close, check_both, gpu_count, metrics_without_times as metric_lines,
+                     needs_mpi, on_grid, run_with_group_timeout, shapes, single_thread_env, train_command,
+                     write_tiny_data)
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
-MPI_OK, MPI_WHY = mpi_available()
-# CI sets TINYGRAD_CAPS_REQUIRE_MPI=1: there a missing MPI is a failure, not a skip.
-needs_mpi = pytest.mark.skipif(not MPI_OK and os.environ.get("TINYGRAD_CAPS_REQUIRE_MPI") != "1", reason=MPI_WHY)
-
-
-def single_thread_env():
-    """Environment for ranks: one BLAS thread each (2 ranks on 2 cores), no launcher variables of ours."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", TINYGRAD_CAPS_DEVICE="cpu")
-    env.setdefault("NCCL_SOCKET_IFNAME", "lo")  # every rank is on this machine (which may have no network)
-    return env
 
 
 def mpirun(args, processes=2, timeout=240, cwd=None):
@@ -256,31 +246,13 @@ def test_a_failing_rank_ends_every_rank_with_its_message():
 
 
 # ----- the train command -----
-TINY = ["--dataset", "tiny", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-        "--kernel-size", "3", "--batch-size", "16", "--dtype", "float64", "--augment", "none", "--no-progress"]
-
-
 @pytest.fixture
 def tiny_data(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (64, 32), size=12, cycle_labels=True, stripe_end=9)
-    return tmp_path / "data"
-
-
-def train_command(data_dir, out, *extra):
-    return [sys.executable, "-m", "tinygrad_caps.models.cli", "train", "--data-dir", str(data_dir), "--out", str(out),
-            *TINY, *extra]
+    return write_tiny_data(tmp_path / "data")
 
 
 def run_single(args, timeout=240):
     return run_with_group_timeout(args, timeout, env=single_thread_env())
-
-
-def assert_metrics_close(a, b, tolerance=1e-10):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for key in x:
-            assert abs(x[key] - y[key]) <= tolerance * max(abs(y[key]), 1e-300), (key, x[key], y[key])
 
 
 @needs_mpi
@@ -341,6 +313,12 @@ def test_post_accumulate_hooks_fire_during_backward():
 
 
 # ----- NCCL (GPUs) -----
+def on_two_gpus(test):
+    """Marks a GPU test that runs one mpirun rank on each of two GPUs (left out by ``-m "not multigpu"``)."""
+    for mark in (pytest.mark.gpu, pytest.mark.multigpu, needs_mpi,
+                 pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs")):
+        test = mark(test)
+    return test
 
 
 @pytest.mark.gpu
@@ -356,20 +334,14 @@ def test_nccl_one_rank_on_one_gpu():
     assert result["max_relative_difference"] < 1e-10
 
 
-@pytest.mark.gpu
-@pytest.mark.multigpu
-@needs_mpi
-@pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs")
+@on_two_gpus
 def test_nccl_two_ranks_on_two_gpus_equal_one_process():
     result = run_scenario("nccl", processes=2)
     assert result["world_size"] == 2
     assert result["max_relative_difference"] < 1e-10
 
 
-@pytest.mark.gpu
-@pytest.mark.multigpu
-@needs_mpi
-@pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs")
+@on_two_gpus
 def test_sync_batchnorm_over_nccl_on_two_gpus_matches_one_process():
     result = run_scenario("sync_batchnorm_nccl", processes=2)
     assert result["sync"] < 1e-10
