@@ -4,6 +4,7 @@ Each derives from the built-in type a user would first try to catch (``ValueErro
 shapes and values, ``RuntimeError`` for misuse of the graph or devices); where both readings
 are natural, from both.
 """
+import tokenize
 
 
 class ShapeError(ValueError):
@@ -30,6 +31,11 @@ class StateDictError(RuntimeError, KeyError, ValueError):
 
     def __str__(self):  # KeyError would otherwise quote the message
         return str(self.args[0]) if self.args else ""
+
+
+# What NumPy raises for damaged bytes in a .npy header: it parses the header with Python's
+# tokenizer and literal_eval, so tokenize.TokenError and SyntaxError come with the ValueErrors.
+NPY_HEADER_ERRORS = (ValueError, SyntaxError, tokenize.TokenError, TypeError, KeyError)
 
 
 class DistributedSetupError(RuntimeError):

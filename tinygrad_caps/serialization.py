@@ -10,14 +10,13 @@ import errno
 import json
 import math
 import os
-import tokenize
 import zipfile
 
 import numpy as np
 
 from . import backend
 from ._atomic_file import write_atomically
-from .errors import CheckpointError
+from .errors import NPY_HEADER_ERRORS, CheckpointError
 from .tensor import Tensor
 
 FORMAT = "tinygrad-caps-checkpoint"
@@ -71,11 +70,6 @@ def save(state, path) -> None:
     write_atomically(path, lambda f: np.savez(f, **arrays), usual_permissions=True, sync_folder=True)
 
 
-# NumPy parses a .npy header with Python's tokenizer and literal_eval: damaged bytes there can raise
-# tokenize.TokenError or SyntaxError, neither of which is a ValueError.
-_HEADER_ERRORS = (ValueError, SyntaxError, tokenize.TokenError, TypeError, KeyError)
-
-
 def _check_members(path, archive: zipfile.ZipFile) -> None:
     """Refuse members whose .npy header declares more bytes than the member holds (before NumPy allocates them)."""
     for info in archive.infolist():
@@ -88,7 +82,7 @@ def _check_members(path, archive: zipfile.ZipFile) -> None:
             read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             try:
                 shape, _, dtype = read_header(member)
-            except _HEADER_ERRORS as exc:
+            except NPY_HEADER_ERRORS as exc:
                 raise CheckpointError(f"load: {path}: member {info.filename} has a damaged .npy header ({exc!r})") from exc
             if dtype.hasobject:
                 raise CheckpointError(f"load: {path}: member {info.filename} holds Python objects; refused")
@@ -123,7 +117,7 @@ def load(path, device=None):
     except CheckpointError:
         raise
     except (zipfile.BadZipFile, OSError, EOFError, UnicodeDecodeError, AttributeError, RecursionError,
-            *_HEADER_ERRORS) as exc:
+            *NPY_HEADER_ERRORS) as exc:
         raise CheckpointError(f"load: {path} is truncated, corrupt or not a tinygrad-caps checkpoint ({exc})") from exc
     to_device = (lambda a: a) if target is None else (lambda a: backend.to_device(a, target))
     try:

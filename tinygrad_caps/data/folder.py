@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import tokenize
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import NPY_HEADER_ERRORS
 from .cache import cache_root, write_atomically
 from .errors import DatasetError
 
@@ -87,7 +87,7 @@ def _load_cached(images_path, labels_path):
         return None
     try:
         return np.load(images_path, allow_pickle=False), np.load(labels_path, allow_pickle=False)
-    except (OSError, EOFError, ValueError, SyntaxError, tokenize.TokenError):  # NumPy's header parser raises all of these
+    except (OSError, EOFError, *NPY_HEADER_ERRORS):
         return None
 
 
