@@ -425,6 +425,53 @@ int run_block_as_fibers(Body& body, Fiber* fibers, unsigned threads, uint3 b, di
     scheduler = previous;
     return code;
 }
+
+// One stack per thread of a block, reused by every block of a launch, with a PROT_NONE page below
+// each so that an overflow stops the process; unmapped when the launch ends.
+class FiberStacks {
+  public:
+    explicit FiberStacks(unsigned count)
+        : page_((size_t)sysconf(_SC_PAGESIZE)), bytes_((fiber_stack_bytes + page_) * count),
+          fibers_(std::make_unique<Fiber[]>(count))
+    {
+        region_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (region_ == MAP_FAILED) return;
+        for (unsigned t = 0; t < count; ++t) {
+            unsigned char* base = (unsigned char*)region_ + t * (fiber_stack_bytes + page_);
+            mprotect(base, page_, PROT_NONE);
+            fibers_[t].stack = base + page_;
+        }
+    }
+    ~FiberStacks()
+    {
+        if (region_ != MAP_FAILED) munmap(region_, bytes_);
+    }
+    FiberStacks(const FiberStacks&) = delete;
+    FiberStacks& operator=(const FiberStacks&) = delete;
+    bool mapped() const { return region_ != MAP_FAILED; }
+    Fiber* fibers() { return fibers_.get(); }
+
+  private:
+    size_t page_, bytes_;
+    void* region_ = MAP_FAILED;
+    std::unique_ptr<Fiber[]> fibers_;
+};
+#else
+// Runs one block's threads as OS threads until all return; 0 (a deadlock hangs here).
+template <class Body>
+int run_block_as_threads(Body& body, unsigned threads, uint3 b, dim3 grid, dim3 blockdim, Block& state)
+{
+    std::vector<std::thread> running;
+    running.reserve(threads);
+    for (unsigned t = 0; t < threads; ++t)
+        running.emplace_back([=, &state, &body] {
+            enter_thread(t, b, grid, blockdim, &state);
+            body();
+            exit_thread();
+        });
+    for (auto& thread : running) thread.join();
+    return 0;
+}
 #endif
 
 // Runs the blocks k = slot, slot + slots, ... of a grid, one after another, each as
@@ -437,21 +484,11 @@ int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsig
     const unsigned warps = (threads_per_block + warp_size - 1) / warp_size;
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
 #ifdef EMU_FIBERS
-    // one stack per thread of a block, reused by every block; a PROT_NONE page below each stops an overflow
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE), stride = fiber_stack_bytes + page;
-    void* region = mmap(nullptr, stride * threads_per_block, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (region == MAP_FAILED) {
+    FiberStacks stacks(threads_per_block);
+    if (!stacks.mapped()) {
         fail(no_memory, "cannot map %u fiber stacks", threads_per_block);
         return 1;
     }
-    std::unique_ptr<Fiber[]> fibers = std::make_unique<Fiber[]>(threads_per_block);
-    for (unsigned t = 0; t < threads_per_block; ++t) {
-        unsigned char* base = (unsigned char*)region + t * stride;
-        mprotect(base, page, PROT_NONE);
-        fibers[t].stack = base + page;
-    }
-    int code = 0;
 #endif
     for (unsigned long long k = slot; k < blocks; k += slots) {
         const uint3 b((unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y), (unsigned)(k / grid.x / grid.y));
@@ -461,26 +498,13 @@ int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsig
         for (unsigned t = 0; t < threads_per_block; ++t) state.warps[t / warp_size].existing |= 1u << (t % warp_size);
         for (unsigned v = 0; v < warps; ++v) state.warps[v].alive = state.warps[v].existing;
 #ifdef EMU_FIBERS
-        code = run_block_as_fibers(body, fibers.get(), threads_per_block, b, grid, blockdim, state);
+        const int code = run_block_as_fibers(body, stacks.fibers(), threads_per_block, b, grid, blockdim, state);
 #else
-        std::vector<std::thread> threads;
-        threads.reserve(threads_per_block);
-        for (unsigned t = 0; t < threads_per_block; ++t)
-            threads.emplace_back([=, &state, &body] {
-                enter_thread(t, b, grid, blockdim, &state);
-                body();
-                exit_thread();
-            });
-        for (auto& thread : threads) thread.join();
+        const int code = run_block_as_threads(body, threads_per_block, b, grid, blockdim, state);
 #endif
         std::free(state.dynamic_shared);
-#ifdef EMU_FIBERS
-        if (code) break;
-#endif
+        if (code) break;  // a deadlock: the block's fibers never finish
     }
-#ifdef EMU_FIBERS
-    munmap(region, stride * threads_per_block);
-#endif
     std::lock_guard<std::mutex> guard(error_mutex);
     return errors.empty() ? 0 : 1;
 }

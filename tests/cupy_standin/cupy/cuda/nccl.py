@@ -16,7 +16,7 @@ import socket
 import numpy
 
 from .. import _allocation_of, _current_device
-from . import stream_of
+from . import _streams, stream_of
 
 available = True
 NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_UINT32, NCCL_INT64, NCCL_UINT64 = 0, 1, 2, 3, 4, 5
@@ -145,8 +145,8 @@ class NcclCommunicator:
 
     def destroy(self):
         # NCCL finishes what was enqueued before it frees the communicator
-        for pending in list(_pending_streams()):
-            pending.synchronize()
+        for stream in list(_streams.values()):
+            stream.synchronize()
         self._alive = False
         if self._mpi is not None:
             self._mpi.Free()
@@ -154,12 +154,6 @@ class NcclCommunicator:
 
     def abort(self):
         self.destroy()
-
-
-def _pending_streams():
-    from . import _streams
-
-    return [stream for stream in _streams.values() if stream._pending]
 
 
 __all__ = [name for name in dir() if name.startswith("NCCL_")] + ["NcclCommunicator", "get_unique_id", "available"]
