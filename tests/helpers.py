@@ -125,6 +125,13 @@ def run_with_group_timeout(args, timeout, **kwargs):
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
+def damaged_npy_header(npy: bytes) -> bytes:
+    """The bytes of a .npy file with its header dict's closing brace blanked out: NumPy's header
+    parser then raises tokenize.TokenError (unclosed brace), which is not a ValueError."""
+    assert b"), }" in npy, "not a .npy header that NumPy writes"
+    return npy.replace(b"), }", b"),  ", 1)
+
+
 def damaged_deflate(data: bytes) -> bytes:
     """gzip-compressed ``data`` whose deflate stream is damaged (its first block claims the reserved
     block type), so that reading it raises zlib.error, which is not an OSError."""

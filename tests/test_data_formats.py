@@ -16,7 +16,7 @@ from tinygrad_caps.data import (DatasetError, NORBError, cache, cifar, folder, l
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
 
-from helpers import damaged_deflate  # noqa: E402
+from helpers import damaged_deflate, damaged_npy_header  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -293,7 +293,7 @@ def test_a_damaged_image_folder_cache_is_rebuilt(tmp_path, damage):
     first = load_dataset("imagefolder", "train", data_dir=root, image_size=6, channels=3)
     images_cache = next((tmp_path / "cache" / "imagefolder").glob("*-images.npy"))
     data = images_cache.read_bytes()
-    images_cache.write_bytes(data[:100] if damage == "truncated" else data.replace(b"), }", b"),  ", 1))
+    images_cache.write_bytes(data[:100] if damage == "truncated" else damaged_npy_header(data))
     again = load_dataset("imagefolder", "train", data_dir=root, image_size=6, channels=3)
     np.testing.assert_array_equal(first[0], again[0])
     assert images_cache.read_bytes() == data
