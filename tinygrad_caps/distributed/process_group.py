@@ -110,8 +110,9 @@ def _init_nccl():
         raise DistributedSetupError("init(backend='nccl'): this CuPy was built without NCCL (pip install nvidia-nccl-cu13)") from exc
     if not nccl.available:
         raise DistributedSetupError("init(backend='nccl'): CuPy finds no NCCL library (pip install nvidia-nccl-cu13)")
-    _check_one_gpu_per_rank(cp.cuda.runtime.getDeviceCount())
-    _Group.gpu = _Group.local_rank % cp.cuda.runtime.getDeviceCount()
+    gpus = cp.cuda.runtime.getDeviceCount()
+    _check_one_gpu_per_rank(gpus)
+    _Group.gpu = _Group.local_rank % gpus
     cp.cuda.Device(_Group.gpu).use()
     unique_id = nccl.get_unique_id() if _Group.rank == 0 else None
     if _Group.comm is not None:
