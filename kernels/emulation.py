@@ -249,7 +249,7 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
     """Run every kernel on small awkward shapes (partial blocks and warps, vector and scalar paths,
     B=1, 32- and 64-bit indices, float32 and float64) and compare with NumPy; returns a list of
     failures (empty when all agree). ``to_device``/``to_host`` move arrays for a GPU runner."""
-    from . import capsule, conv, routing
+    from . import activation, capsule, conv, routing
 
     rng = np.random.default_rng(0)
     failures = []
@@ -289,6 +289,21 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
             compare("routing_forward (v)", v_out, want_v, dtype)
             compare("routing_forward (c)", c_out, want_c, dtype)
             compare("routing_forward (logits)", logits, want_logits, dtype)
+            p, q = draw((3, b, i, j), dtype), draw((3, b, j, d), dtype)
+            for wide in (False, True):
+                compare(f"routing_outer_products ({64 if wide else 32}-bit)",
+                        routing.routing_outer_products(to_device(p), to_device(q), runner, threads, wide_indices=wide),
+                        np.einsum("tbij,tbjd->bijd", p, q), dtype)
+            # the row-wise activations, over u_hat's rows of D values
+            g_hat, y = draw(u_hat.shape, dtype), reference_softmax(u_hat)
+            dg_hat, dy = to_device(g_hat), to_device(y.astype(dtype))
+            compare("squash_rows", activation.squash_rows(du_hat, 1e-8, runner, threads), reference_squash(u_hat, 1e-8),
+                    dtype)
+            compare("squash_rows_grad", activation.squash_rows_grad(du_hat, dg_hat, 1e-8, runner, threads),
+                    reference_squash_grad(u_hat, g_hat, 1e-8), dtype)
+            compare("softmax_rows", activation.softmax_rows(du_hat, runner, threads), y, dtype)
+            compare("softmax_rows_grad", activation.softmax_rows_grad(dy, dg_hat, runner, threads),
+                    y * (g_hat - (g_hat * y).sum(-1, keepdims=True)), dtype)
         for shape, kernel, stride, padding in CONV_CHECK_CASES:
             x = draw(shape, dtype)
             for batch_last in (False, True):
@@ -300,6 +315,27 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
                     compare(f"col2im ({bits}-bit)", back, reference_col2im(r, shape, kernel, stride, padding, batch_last),
                             dtype)
     return failures
+
+
+def reference_squash(x, eps):
+    """squash over the last axis in NumPy: |x|^2 / (1 + |x|^2) * x / sqrt(|x|^2 + eps)."""
+    norm2 = (x * x).sum(-1, keepdims=True)
+    return x * (norm2 / (1 + norm2) / np.sqrt(norm2 + eps))
+
+
+def reference_squash_grad(x, g, eps):
+    """The adjoint of squash at x applied to g, from the chain rule through its primitives."""
+    norm2 = (x * x).sum(-1, keepdims=True)
+    root = np.sqrt(norm2 + eps)
+    scale = norm2 / (1 + norm2) / root
+    d_scale = 1 / ((1 + norm2) ** 2 * root) - norm2 / ((1 + norm2) * 2 * root ** 3)  # d scale / d norm2
+    return g * scale + 2 * x * d_scale * (g * x).sum(-1, keepdims=True)
+
+
+def reference_softmax(x):
+    """softmax over the last axis in NumPy."""
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
 
 
 def reference_routing(u_hat, iterations, eps):

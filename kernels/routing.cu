@@ -2,6 +2,7 @@
 //
 //   weighted sum: s[b,j,d] = sum_i c[b,i,j] u_hat[b,i,j,d]     c (B,I,J), u_hat (B,I,J,D)
 //   agreement:    a[b,i,j] = sum_d u_hat[b,i,j,d] v[b,j,d]     v (B,J,D)
+//   outer products: g[b,i,j,d] = sum_t p[t,b,i,j] q[t,b,j,d]     the u_hat gradient of both, summed
 //   routing forward (no gradient): all iterations of softmax over J, weighted sum, squash and
 //   agreement, for evaluation and no_grad; the engine derives every gradient from the ops above.
 //
@@ -218,6 +219,38 @@ __device__ void routing_forward_impl(const T* __restrict__ u_hat, T* __restrict_
     }
 }
 
+// The u_hat gradient of the routing contractions in one pass: out[b,i,j,d] = sum_t p[t,b,i,j] q[t,b,j,d]
+// over the T terms (the weighted sums' c * dL/ds and the agreements' dL/da * v), added in order t.
+// One thread per output value in a grid-stride loop: the (B, I, J, D) result is written once.
+// Index is int where B*I*J*D fits (32-bit division is several times cheaper), else long long.
+template <typename T, typename Index>
+__device__ void outer_products_impl(const T* __restrict__ p, const T* __restrict__ q, T* __restrict__ out, int terms,
+                                    int B, int I, int J, int D)
+{
+    const Index ij_count = (Index)I * J, bij_count = B * ij_count, bjd_count = (Index)B * J * D;
+    const Index total = bij_count * D;
+    for (Index e = blockIdx.x * (Index)blockDim.x + threadIdx.x; e < total; e += (Index)gridDim.x * blockDim.x) {
+        const Index bij = e / D;
+        const int d = (int)(e - bij * D);
+        const Index b = bij / ij_count;
+        const int j = (int)(bij % J);
+        const Index q_at = (b * J + j) * D + d;
+        T acc = T(0);
+        for (int t = 0; t < terms; ++t) acc += p[t * bij_count + bij] * q[t * bjd_count + q_at];
+        out[e] = acc;
+    }
+}
+
+template <typename T>
+__device__ void outer_products(const T* __restrict__ p, const T* __restrict__ q, T* __restrict__ out, int terms,
+                               int B, int I, int J, int D, int wide)
+{
+    if (wide)
+        outer_products_impl<T, long long>(p, q, out, terms, B, I, J, D);
+    else
+        outer_products_impl<T, int>(p, q, out, terms, B, I, J, D);
+}
+
 }  // namespace routing_kernels
 
 extern "C" __global__ void routing_weighted_sum_partial_f32(const float* __restrict__ c, const float* __restrict__ u_hat, float* __restrict__ partial, int B, int I, int J, int D, int chunks, int rows_per_chunk, int vec)
@@ -258,4 +291,14 @@ extern "C" __global__ void __launch_bounds__(ROUTING_FORWARD_THREADS) routing_fo
 extern "C" __global__ void __launch_bounds__(ROUTING_FORWARD_THREADS) routing_forward_f64(const double* __restrict__ u_hat, double* __restrict__ v, double* __restrict__ c, double* __restrict__ logits, int B, int I, int J, int D, int iterations, double eps)
 {
     routing_kernels::routing_forward_impl<double>(u_hat, v, c, logits, B, I, J, D, iterations, eps);
+}
+
+extern "C" __global__ void routing_outer_products_f32(const float* __restrict__ p, const float* __restrict__ q, float* __restrict__ out, int terms, int B, int I, int J, int D, int wide)
+{
+    routing_kernels::outer_products<float>(p, q, out, terms, B, I, J, D, wide);
+}
+
+extern "C" __global__ void routing_outer_products_f64(const double* __restrict__ p, const double* __restrict__ q, double* __restrict__ out, int terms, int B, int I, int J, int D, int wide)
+{
+    routing_kernels::outer_products<double>(p, q, out, terms, B, I, J, D, wide);
 }

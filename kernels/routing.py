@@ -1,11 +1,11 @@
 """Launchers for routing.cu: the weighted sum s = sum_i c u_hat, the agreement a = u_hat . v,
-and the forward-only fused routing.
+the sum of outer products that is u_hat's gradient through both, and the forward-only fused routing.
 
 Shapes: c and a (B, I, J), u_hat (B, I, J, D), s and v (B, J, D).
 """
 from __future__ import annotations
 
-from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
+from .launch import DEFAULT_THREADS, MAX_BLOCKS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
     default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
 
 # Must match AGREEMENT_ROWS_PER_WARP in routing.cu.
@@ -95,6 +95,31 @@ def routing_agreement(u_hat, v, runner=None, threads: int = DEFAULT_THREADS):
     runner(KernelLaunch("routing.cu", f"routing_agreement_{suffix(a.dtype)}", (min(tiles, block_limit(runner)),),
                         (threads,), (u_hat, v, a) + i32(b, i, j, d, vec), outputs=(2,), shared_mem=shared))
     return a
+
+
+def routing_outer_products(p, q, runner=None, threads: int = DEFAULT_THREADS, wide_indices: bool | None = None):
+    """g[b,i,j,d] = sum_t p[t,b,i,j] q[t,b,j,d]: p (T,B,I,J), q (T,B,J,D) -> (B,I,J,D), the terms
+    added in order t. Routing's u_hat gradient from T weighted sums and agreements, in one pass.
+    ``wide_indices``: force 64-bit (True) or 32-bit index math (None: 64-bit only where needed)."""
+    xp, (p, q) = prepare("routing_outer_products", {"p": p, "q": q}, {"p": 4, "q": 4})
+    terms, b, i, j = p.shape
+    d = q.shape[3]
+    if q.shape[:3] != (terms, b, j):
+        raise ValueError(f"routing_outer_products: q of shape {tuple(q.shape)} does not fit p of shape {tuple(p.shape)}")
+    check_int32("routing_outer_products", T=terms, B=b, I=i, J=j, D=d)
+    out = empty_like_output(xp, (b, i, j, d), p.dtype, like=p)
+    if out.size == 0:
+        return out
+    if terms == 0:
+        out[...] = 0
+        return out
+    runner = runner or default_runner([p])
+    # 64-bit indices only where some index (every term's p, or the grid-stride step) passes int32
+    wide = int(max(p.size, q.size, out.size) + threads * MAX_BLOCKS >= 2 ** 31)
+    runner(KernelLaunch("routing.cu", f"routing_outer_products_{suffix(p.dtype)}", grid_for(out.size, threads, runner),
+                        (threads,), (p, q, out) + i32(terms, b, i, j, d, wide if wide_indices is None else wide_indices),
+                        outputs=(2,)))
+    return out
 
 
 def forward_shared_values(j: int, d: int, threads: int = FORWARD_THREADS) -> int:

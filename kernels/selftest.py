@@ -18,7 +18,8 @@ from .emulation import reference_routing, selfcheck
 
 def capsnet_sized_check(cp) -> list[str]:
     """The kernels at CapsNet's sizes in float32 against float64 NumPy; returns failures."""
-    from . import capsule, conv, routing
+    from . import activation, capsule, conv, routing
+    from .emulation import reference_softmax, reference_squash, reference_squash_grad
 
     rng = np.random.default_rng(0)
     failures = []
@@ -39,6 +40,13 @@ def capsnet_sized_check(cp) -> list[str]:
     compare("capsule_grad (W)", grad_w, np.einsum("bijd,bik->ijdk", g, u))
     compare("routing_weighted_sum", routing.routing_weighted_sum(f32[3], f32[2]), np.einsum("bij,bijd->bjd", c, g))
     compare("routing_agreement", routing.routing_agreement(f32[2], f32[4]), np.einsum("bijd,bjd->bij", g, v))
+    terms = rng.standard_normal((5, 100, 1152, 10)), rng.standard_normal((5, 100, 10, 16))
+    compare("routing_outer_products", routing.routing_outer_products(*(cp.asarray(t, dtype=cp.float32) for t in terms)),
+            np.einsum("tbij,tbjd->bijd", *terms))
+    compare("squash_rows", activation.squash_rows(f32[2]), reference_squash(g, 1e-8))
+    compare("squash_rows_grad", activation.squash_rows_grad(f32[2], f32[2] * 0.5), reference_squash_grad(g, g * 0.5, 1e-8))
+    compare("softmax_rows", activation.softmax_rows(f32[3]), reference_softmax(c))
+    compare("softmax_rows_grad", activation.softmax_rows_grad(f32[3], f32[3] * 2), c * (2 * c - (2 * c * c).sum(-1, keepdims=True)))
     u_hat = g * 0.01
     fused_v, _, _ = routing.routing_forward(cp.asarray(u_hat, dtype=cp.float32), 3)
     compare("routing_forward", fused_v, reference_routing(u_hat, 3, 1e-8)[0])

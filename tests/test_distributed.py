@@ -197,6 +197,30 @@ def test_shard_arguments_are_checked():
 
 
 # ----- several processes -----
+def _without_ssh(monkeypatch):
+    """Makes the launcher see a container with neither ssh nor rsh and no agent chosen by the user."""
+    import tinygrad_caps.distributed.launch as launch
+    real_which = launch.shutil.which
+    monkeypatch.setattr(launch.shutil, "which", lambda name, *a, **k: None if name in ("ssh", "rsh") else real_which(name, *a, **k))
+    for name in ("OMPI_MCA_plm_rsh_agent", "OMPI_MCA_orte_rsh_agent", "PRTE_MCA_plm_ssh_agent"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@needs_mpi
+def test_mpirun_in_a_container_without_ssh_starts_its_ranks(monkeypatch):
+    """Open MPI 4 starts no rank where ssh and rsh are missing unless told its agent; the command says it."""
+    from tinygrad_caps.distributed.launch import find_mpirun, is_open_mpi
+    if not is_open_mpi(find_mpirun()):
+        pytest.skip("the launch agent is Open MPI's")
+    _without_ssh(monkeypatch)
+    command = mpirun_command(2)
+    assert command[command.index("plm_rsh_agent") - 1:command.index("plm_rsh_agent") + 2] == ["--mca", "plm_rsh_agent", "false"]
+    done = run_with_group_timeout(command + [sys.executable, "-c", "print('rank up')"], 60, env=single_thread_env())
+    assert done.returncode == 0 and done.stdout.count("rank up") == 2, done.stdout + done.stderr
+    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", "my-agent")  # the user's own choice is left alone
+    assert "plm_rsh_agent" not in mpirun_command(2)
+
+
 @needs_mpi
 def test_collectives_on_two_ranks():
     result = run_scenario("collectives")

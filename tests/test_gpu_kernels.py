@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tinygrad_caps import kernels
-from tinygrad_caps.kernels import capsule, conv, launch, routing
+from tinygrad_caps.kernels import activation, capsule, conv, launch, routing
 
 from helpers import routing_and_conv_gradients
 
@@ -33,6 +33,26 @@ def test_capsule_and_routing_kernels_equal_numpy(cp, shape, dtype):
     np.testing.assert_allclose(capsule.capsule_grad_w(gpu(g), gpu(u)).get(), np.einsum("bijd,bik->ijdk", g, u), **tol)
     np.testing.assert_allclose(routing.routing_weighted_sum(gpu(c), gpu(g)).get(), np.einsum("bij,bijd->bjd", c, g), **tol)
     np.testing.assert_allclose(routing.routing_agreement(gpu(g), gpu(v)).get(), np.einsum("bijd,bjd->bij", g, v), **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 37, 10, 16), (100, 1152, 10, 16)])
+def test_outer_products_and_row_activation_kernels_equal_numpy(cp, shape, dtype):
+    from tinygrad_caps.kernels.emulation import reference_softmax, reference_squash, reference_squash_grad
+
+    b, i, j, d = shape
+    rng = np.random.default_rng(4)
+    p, q = rng.standard_normal((5, b, i, j)).astype(dtype), rng.standard_normal((5, b, j, d)).astype(dtype)
+    x, g = rng.standard_normal((b, i, j, d)).astype(dtype), rng.standard_normal((b, i, j, d)).astype(dtype)
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
+    gpu = cp.asarray
+    np.testing.assert_allclose(routing.routing_outer_products(gpu(p), gpu(q)).get(), np.einsum("tbij,tbjd->bijd", p, q), **tol)
+    np.testing.assert_allclose(activation.squash_rows(gpu(x)).get(), reference_squash(x, 1e-8), **tol)
+    np.testing.assert_allclose(activation.squash_rows_grad(gpu(x), gpu(g)).get(), reference_squash_grad(x, g, 1e-8), **tol)
+    y = reference_softmax(p[0])
+    np.testing.assert_allclose(activation.softmax_rows(gpu(p[0])).get(), y, **tol)
+    want = y * (g[..., 0] - (g[..., 0] * y).sum(-1, keepdims=True))
+    np.testing.assert_allclose(activation.softmax_rows_grad(gpu(y.astype(dtype)), gpu(g[..., 0])).get(), want, **tol)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -23,6 +23,7 @@ CASES = {
     "matmul_linear": (lambda a, b, c: F.linear(F.matmul(a, b), c), [(2, 3, 4), (4, 5), (2, 5)]),
     "activations": (lambda a: F.relu(a) + F.leaky_relu(a, 0.1) + F.sigmoid(a) + F.tanh(a), [(3, 4)]),
     "softmax_family": (lambda a: F.softmax(a, 0) + F.log_softmax(a, 1) + F.squash(a, 1), [(3, 4)]),
+    "row_kernels_squash_softmax": (lambda a: F.squash(a, -1) * F.softmax(a, -1) + F.squash(a * 1e-3, 2), [(5, 3, 4)]),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, 2, 1), [(2, 3, 7, 7), (4, 3, 3, 3), (4,)]),
     "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w, None, 2, 1, 1), [(2, 3, 4, 4), (3, 2, 3, 3)]),
     "batch_norm": (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), [(4, 3, 2, 2), (3,), (3,)]),

@@ -51,6 +51,18 @@ def test_routing_contraction_gradients_on_the_kernel_path(b, i, j, d, seed):
     assert {"routing_weighted_sum_partial", "routing_weighted_sum_finish", "routing_agreement"} <= used
 
 
+@settings(max_examples=4)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), seed=st.integers(0, 2 ** 16))
+def test_squash_and_softmax_gradients_on_the_kernel_path(shape, seed):
+    """One kernel each way over the last axis; first and second derivatives still pass (the second
+    is derived by the engine from the adjoint written with differentiable ops)."""
+    x = np.random.default_rng(seed).standard_normal(shape)
+    for op in (F.squash, F.softmax):
+        _, used = kernels_used(lambda: (check_grad(lambda a: op(a, -1), [x], max_elementwise=0, directions=3),
+                                        check_double_grad(lambda a: op(a, -1), [x])))
+        assert {f"{op.__name__}_rows", f"{op.__name__}_rows_grad"} <= used
+
+
 @pytest.mark.parametrize("w_shape, kernels_expected, kernels_not_expected", [
     # float64: 6,144 values fit a block's 48 KiB. W[i] fits, but not with its gradient and the
     # staged rows: the adjoints run as two kernels

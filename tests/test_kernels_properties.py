@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinygrad_caps.kernels import capsule, routing
-from tinygrad_caps.kernels.emulation import Emulator, reference_routing
+from tinygrad_caps.kernels import activation, capsule, routing
+from tinygrad_caps.kernels.emulation import Emulator, reference_routing, reference_softmax, reference_squash, \
+    reference_squash_grad
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
 
@@ -57,6 +58,31 @@ def test_routing_contractions_over_generated_shapes(b, i, j, d, dtype, threads, 
     close(summed, np.einsum("bij,bijd->bjd", c, u_hat), dtype)
     np.testing.assert_array_equal(routing.routing_weighted_sum(c, u_hat, run, threads), summed)  # deterministic
     close(routing.routing_agreement(u_hat, v, run, threads), np.einsum("bijd,bjd->bij", u_hat, v), dtype)
+
+
+@given(terms=st.integers(1, 6), b=st.integers(1, 6), i=st.integers(1, 20), j=st.integers(1, 10), d=st.integers(1, 20),
+       dtype=DTYPES, threads=WARPS, max_blocks=GRID_CAPS, wide=st.sampled_from([None, True]), seed=st.integers(0, 2 ** 16))
+def test_routing_outer_products_over_generated_shapes(terms, b, i, j, d, dtype, threads, max_blocks, wide, seed):
+    """32- and 64-bit index math (the 64-bit path is forced here; real sizes that need it are GiBs)."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.standard_normal((terms, b, i, j)).astype(dtype), rng.standard_normal((terms, b, j, d)).astype(dtype)
+    got = routing.routing_outer_products(p, q, emulator(max_blocks), threads, wide_indices=wide)
+    close(got, np.einsum("tbij,tbjd->bijd", p, q), dtype)
+
+
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=4), scale=st.sampled_from([1e-3, 1.0, 30.0]),
+       dtype=DTYPES, threads=WARPS, max_blocks=GRID_CAPS, seed=st.integers(0, 2 ** 16))
+def test_row_activation_kernels_over_generated_shapes(shape, scale, dtype, threads, max_blocks, seed):
+    """squash and softmax over the last axis, and their adjoints, from tiny to large rows of values."""
+    rng = np.random.default_rng(seed)
+    x, g = (rng.standard_normal(shape) * scale).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    run = emulator(max_blocks)
+    close(activation.squash_rows(x, 1e-8, run, threads), reference_squash(x.astype(np.float64), 1e-8), dtype)
+    close(activation.squash_rows_grad(x, g, 1e-8, run, threads),
+          reference_squash_grad(x.astype(np.float64), g.astype(np.float64), 1e-8), dtype)
+    y = reference_softmax(x.astype(np.float64))
+    close(activation.softmax_rows(x, run, threads), y, dtype)
+    close(activation.softmax_rows_grad(y.astype(dtype), g, run, threads), y * (g - (g * y).sum(-1, keepdims=True)), dtype)
 
 
 @given(b=st.integers(1, 4), i=st.integers(1, 24), j=st.integers(1, 10), d=st.integers(1, 20),

@@ -41,8 +41,9 @@ def is_open_mpi(launcher: str) -> bool:
 def mpirun_command(processes: int) -> list:
     """The argument list that starts ``processes`` ranks on this host: ``[mpirun, flags..., -n, N]``.
 
-    Open MPI gets ``--oversubscribe`` (more ranks than cores is allowed) and, as root,
-    ``--allow-run-as-root``. Raises RuntimeError when no launcher is installed.
+    Open MPI gets ``--oversubscribe`` (more ranks than cores is allowed), as root
+    ``--allow-run-as-root``, and where neither ssh nor rsh is installed (a container)
+    ``--mca plm_rsh_agent false``, without which Open MPI 4 starts no rank at all. Raises RuntimeError when no launcher is installed.
     """
     launcher = find_mpirun()
     if launcher is None:
@@ -52,7 +53,20 @@ def mpirun_command(processes: int) -> list:
         flags.append("--oversubscribe")
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             flags.append("--allow-run-as-root")
+        if _needs_local_launch_agent():
+            # Open MPI 4 refuses to start even one local rank when its remote launch agent (ssh or rsh)
+            # is missing, as in most containers; a single-host run never calls the agent, and `false`
+            # makes a run that does need it fail at once instead of hanging.
+            flags += ["--mca", "plm_rsh_agent", "false"]
     return [launcher, *flags, "-n", str(processes)]
+
+
+def _needs_local_launch_agent() -> bool:
+    """True when neither ssh nor rsh is on PATH and the user has not chosen Open MPI's launch agent."""
+    chosen = ("OMPI_MCA_plm_rsh_agent", "OMPI_MCA_orte_rsh_agent", "PRTE_MCA_plm_ssh_agent")
+    if any(name in os.environ for name in chosen):
+        return False
+    return shutil.which("ssh") is None and shutil.which("rsh") is None
 
 
 def mpi_available() -> tuple:

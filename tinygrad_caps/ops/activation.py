@@ -5,6 +5,8 @@ import numpy as np
 
 from ..autograd import Function, is_grad_enabled
 from ..backend import array_module
+from ..kernels import activation as activation_kernels
+from ..kernels import launch as kernel_launch
 from ..tensor import Tensor, as_tensor
 from .. import _parallel as parallel
 from ._common import constant, max_array, normalize_axes, sum_array
@@ -75,6 +77,9 @@ class Softmax(Function):
         self.axis = axis
 
     def forward(self, x):
+        runner = _row_kernel_runner(x, self.axis)
+        if runner is not None:
+            return activation_kernels.softmax_rows(x, runner=runner)
         return self._by_rows(self._softmax, x)
 
     def _by_rows(self, fn, *arrays):
@@ -103,6 +108,9 @@ class Softmax(Function):
     def backward(self, gy):
         y = self.output()
         if not is_grad_enabled():  # nothing is recorded: the same formula on the arrays, rows in parallel
+            runner = _row_kernel_runner(y.data, self.axis)
+            if runner is not None and gy.dtype == y.dtype:
+                return Tensor._wrap(activation_kernels.softmax_rows_grad(y.data, gy.data, runner=runner))
             return Tensor._wrap(self._by_rows(self._softmax_vjp, y.data, gy.data))
         return y * (gy - reduce_sum(gy * y, self.axis, keepdims=True))
 
@@ -122,6 +130,53 @@ class LogSoftmax(Function):
         from .elementwise import exp
 
         return gy - exp(self.output()) * reduce_sum(gy, self.axis, keepdims=True)
+
+
+def _row_kernel_runner(x, axis):
+    """The kernel runner for a row-wise activation of ``x`` over ``axis``, or None: the kernels take
+    float32/float64 rows along the last axis (the engine's array formulas serve the rest)."""
+    if x.ndim == 0 or axis % x.ndim != x.ndim - 1 or x.dtype not in (np.float32, np.float64):
+        return None
+    return kernel_launch.kernel_runner_for(x)
+
+
+class Squash(Function):
+    """v = s f(|s|^2) along ``axis``, f(q) = q / ((1 + q) sqrt(q + eps)).
+
+    Its adjoint, dL/ds = g f + 2 s f'(|s|^2) (g . s) with f'(q) = h (1 - q/(1+q) - q/(2(q+eps)))
+    and h = 1 / ((1+q) sqrt(q+eps)), runs as one kernel (or a few array ops) when nothing is
+    recorded, and as differentiable ops under ``create_graph``."""
+
+    save_inputs = (0,)
+
+    def __init__(self, axis, eps):
+        self.axis, self.eps = axis, eps
+
+    def forward(self, s):
+        runner = _row_kernel_runner(s, self.axis)
+        if runner is not None:
+            return activation_kernels.squash_rows(s, self.eps, runner=runner)
+        xp = array_module(s)
+        norm2 = sum_array(s * s, (self.axis,), True)
+        return s * (norm2 / (1 + norm2) / xp.sqrt(norm2 + self.eps))
+
+    def backward(self, g):
+        s = self.inputs[0]
+        if not is_grad_enabled():
+            runner = _row_kernel_runner(s.data, self.axis)
+            if runner is not None and g.dtype == s.dtype:
+                return Tensor._wrap(activation_kernels.squash_rows_grad(s.data, g.data, self.eps, runner=runner))
+            return Tensor._wrap(self._adjoint(array_module(s.data), s.data, g.data, lambda a: sum_array(a, (self.axis,), True)))
+        from .elementwise import sqrt
+        return self._adjoint(None, s, g, lambda a: reduce_sum(a, self.axis, keepdims=True), sqrt)
+
+    def _adjoint(self, xp, s, g, row_sum, sqrt=None):
+        """g f + 2 s f' (g . s) on arrays (xp) or on Tensors (differentiable: sqrt given)."""
+        sqrt = sqrt or xp.sqrt
+        norm2 = row_sum(s * s)
+        h = 1 / ((1 + norm2) * sqrt(norm2 + self.eps))
+        slope = h * (1 - norm2 / (1 + norm2) - norm2 / (2 * (norm2 + self.eps)))
+        return g * (norm2 * h) + s * (2 * slope * row_sum(g * s))
 
 
 def relu(x) -> Tensor:
@@ -163,13 +218,9 @@ def log_softmax(x, axis: int = -1) -> Tensor:
 def squash(s, axis: int = -1, eps: float = 1e-8) -> Tensor:
     """The capsule nonlinearity ``|s|^2 / (1 + |s|^2) * s / sqrt(|s|^2 + eps)`` along ``axis``; same shape.
 
-    ``eps`` keeps the gradient finite at s = 0. Written from primitives, so its gradient (and
-    second derivative) is derived by the engine.
+    ``eps`` keeps the gradient finite at s = 0. One node of the graph (one kernel launch each way
+    on the GPU); its adjoint is written out in ``Squash``, and under ``create_graph`` that adjoint
+    is built from differentiable ops, so second derivatives are derived by the engine.
     """
     s = as_tensor(s)
-    axis = _one_axis(s, axis, "squash")
-    squared_norm = reduce_sum(s * s, axis, keepdims=True)
-    from .elementwise import sqrt
-
-    scale = squared_norm / (1 + squared_norm) / sqrt(squared_norm + eps)
-    return s * scale
+    return Squash(_one_axis(s, axis, "squash"), eps)(s)
