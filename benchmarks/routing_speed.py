@@ -303,7 +303,7 @@ def raw_kernels(args, bandwidth, repeat):
     fraction of copy bandwidth (from the kernel time), at DigitCaps' and PrimaryCaps' sizes."""
     import cupy
 
-    from tinygrad_caps.kernels import capsule, conv, routing
+    from tinygrad_caps.kernels import activation, capsule, conv, optim, routing
 
     u, w, _ = make_inputs(args)
     b, i, j, d = args.batch, args.in_caps, args.out_caps, args.dim
@@ -314,6 +314,11 @@ def raw_kernels(args, bandwidth, repeat):
     x = cupy.asarray(np.random.default_rng(1).standard_normal((b, 256, 20, 20)), dtype=cupy.float32)
     col = conv.im2col(x, (9, 9), (2, 2), (0, 0), False)
     r = args.iterations
+    terms = 2 * r - 1  # u_hat's gradient: one product per weighted sum and per agreement
+    p, q = cupy.stack([c] * terms), cupy.stack([v] * terms)
+    primary = cupy.asarray(np.random.default_rng(2).standard_normal((b, i, u.shape[2])), dtype=cupy.float32)
+    trained_w = w.copy()  # updated in place by every adam_step replay
+    adam_state = [w * 0.1, w * 0.01, cupy.abs(w) * 1e-3]  # its gradient, exp_avg, exp_avg_sq
     cases = {
         "capsule_predict": (lambda run: capsule.capsule_predict(u, w, run), u.nbytes + w.nbytes + u_hat.nbytes),
         "capsule_grad (u and W, one pass)": (lambda run: capsule.capsule_grad(u_hat, u, w, run),
@@ -325,6 +330,15 @@ def raw_kernels(args, bandwidth, repeat):
         "routing_agreement": (lambda run: routing.routing_agreement(u_hat, v, run), u_hat.nbytes + v.nbytes + c.nbytes),
         f"routing_forward ({r} iterations)": (lambda run: routing.routing_forward(u_hat, r, runner=run),
                                               (2 * r - 1) * u_hat.nbytes + 3 * c.nbytes + v.nbytes),
+        f"routing_outer_products ({terms} terms)": (lambda run: routing.routing_outer_products(p, q, run),
+                                                    u_hat.nbytes + p.nbytes + q.nbytes),
+        "squash_rows (PrimaryCaps' capsules)": (lambda run: activation.squash_rows(primary, runner=run), 2 * primary.nbytes),
+        "squash_rows_grad (PrimaryCaps' capsules)": (lambda run: activation.squash_rows_grad(primary, primary, runner=run),
+                                                     3 * primary.nbytes),
+        "softmax_rows (coupling)": (lambda run: activation.softmax_rows(c, runner=run), 2 * c.nbytes),
+        "softmax_rows_grad (coupling)": (lambda run: activation.softmax_rows_grad(c, c, runner=run), 3 * c.nbytes),
+        "adam_step (W, in place)": (lambda run: optim.adam_step(trained_w, *adam_state, None, 1, 1e-3, (0.9, 0.999), 1e-8,
+                                                                runner=run), 7 * w.nbytes),
         "im2col (PrimaryCaps)": (lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run), x.nbytes + col.nbytes),
         "col2im (PrimaryCaps)": (lambda run: conv.col2im(col, x.shape, (9, 9), (2, 2), (0, 0), False, run),
                                  x.nbytes + col.nbytes),

@@ -8,7 +8,9 @@ harness (``emulation``), and on a GPU against NumPy (``selftest``).
     capsule.cu  capsule_predict, capsule_grad (both adjoints in one pass),
                 capsule_grad_u, capsule_grad_w                               (capsule.py)
     routing.cu  routing_weighted_sum (two passes), routing_agreement,
+                routing_outer_products (u_hat's gradient through both),
                 routing_forward (every routing iteration, forward only)      (routing.py)
+    activation.cu  squash_rows, softmax_rows and their adjoints over the last axis  (activation.py)
 """
 from .launch import raw_kernels_enabled, use_raw_kernels
 

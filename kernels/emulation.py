@@ -249,7 +249,7 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
     """Run every kernel on small awkward shapes (partial blocks and warps, vector and scalar paths,
     B=1, 32- and 64-bit indices, float32 and float64) and compare with NumPy; returns a list of
     failures (empty when all agree). ``to_device``/``to_host`` move arrays for a GPU runner."""
-    from . import activation, capsule, conv, routing
+    from . import activation, capsule, conv, optim, routing
 
     rng = np.random.default_rng(0)
     failures = []
@@ -304,6 +304,16 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
             compare("softmax_rows", activation.softmax_rows(du_hat, runner, threads), y, dtype)
             compare("softmax_rows_grad", activation.softmax_rows_grad(dy, dg_hat, runner, threads),
                     y * (g_hat - (g_hat * y).sum(-1, keepdims=True)), dtype)
+        for size, amsgrad, decoupled in ((1, False, False), (37, True, False), (300, True, True)):
+            state = [draw((size,), dtype) for _ in range(5)]
+            state[3], state[4] = np.abs(state[3]), np.abs(state[4])  # second moments are never negative
+            on_device = [to_device(a.copy()) for a in state]  # updated in place
+            hyper = dict(step=3, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1, decoupled=decoupled)
+            optim.adam_step(*on_device[:4], on_device[4] if amsgrad else None, **hyper, runner=runner, threads=threads)
+            want = reference_adam(*state[:4], state[4] if amsgrad else None, **hyper)
+            for name, got, expected in zip(("param", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"), on_device[:1] + on_device[2:], want):
+                if expected is not None:
+                    compare(f"adam_step ({name})", got, expected, dtype)
         for shape, kernel, stride, padding in CONV_CHECK_CASES:
             x = draw(shape, dtype)
             for batch_last in (False, True):
@@ -336,6 +346,22 @@ def reference_softmax(x):
     """softmax over the last axis in NumPy."""
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
+
+
+def reference_adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, betas, eps, weight_decay, decoupled):
+    """One Adam step in NumPy (PyTorch's formula): new (param, exp_avg, exp_avg_sq, max_exp_avg_sq or None)."""
+    beta1, beta2 = betas
+    if decoupled:
+        param = param * (1 - lr * weight_decay)
+    elif weight_decay:
+        grad = grad + weight_decay * param
+    exp_avg = exp_avg * beta1 + grad * (1 - beta1)
+    exp_avg_sq = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+    second = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        second = max_exp_avg_sq = np.maximum(max_exp_avg_sq, exp_avg_sq)
+    denom = np.sqrt(second) / np.sqrt(1 - beta2 ** step) + eps
+    return param - lr / (1 - beta1 ** step) * exp_avg / denom, exp_avg, exp_avg_sq, max_exp_avg_sq
 
 
 def reference_routing(u_hat, iterations, eps):

@@ -86,11 +86,12 @@ def _batch_losses(model, x, y, reconstruction_weight, train, traces):
         predicted = tc.backend.to_numpy(logits.data.argmax(axis=1))
         return tc.functional.mean(cross_entropy), cross_entropy, cross_entropy * 0.0, predicted
     images = tc.tensor(x, device=model.device)  # one upload per batch, used by the model and the loss
-    outputs = model(images, y if train else None, return_trace=traces is not None)
+    labels = tc.backend.asarray_like(y, images.data)  # the same for the labels (the mask and the margin loss)
+    outputs = model(images, labels if train else None, return_trace=traces is not None)
     v, lengths, reconstruction = outputs[:3]
     if traces is not None:
         traces.extend(trace.track_grad_norms() for trace in outputs[3])
-    margin = margin_loss(lengths, y, convention=model.config.get("conventions", "paper"))
+    margin = margin_loss(lengths, labels, convention=model.config.get("conventions", "paper"))
     recon = reconstruction_loss(reconstruction, images)
     loss = tc.functional.mean(margin + reconstruction_weight * recon)
     predicted = tc.backend.to_numpy(lengths.data.argmax(axis=1))

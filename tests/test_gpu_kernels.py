@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tinygrad_caps import kernels
-from tinygrad_caps.kernels import activation, capsule, conv, launch, routing
+from tinygrad_caps.kernels import activation, capsule, conv, launch, optim, routing
 
 from helpers import routing_and_conv_gradients
 
@@ -78,6 +78,24 @@ def test_one_pass_adjoint_and_fused_routing_equal_numpy_and_are_deterministic(cp
     want = reference_routing(u_hat, 3, 1e-8)
     for got, expected in zip((v, coupling, logits), want):
         np.testing.assert_allclose(got.get(), expected, **tol)
+
+
+@pytest.mark.parametrize("amsgrad, decoupled", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_step_kernel_equals_numpy(cp, dtype, amsgrad, decoupled):
+    from tinygrad_caps.kernels.emulation import reference_adam
+
+    rng = np.random.default_rng(6)
+    state = [rng.standard_normal(1_474_561).astype(dtype) for _ in range(5)]  # DigitCaps' W, plus one
+    state[3], state[4] = np.abs(state[3]), np.abs(state[4])
+    on_gpu = [cp.asarray(a) for a in state]
+    hyper = dict(step=7, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, decoupled=decoupled)
+    optim.adam_step(*on_gpu[:4], on_gpu[4] if amsgrad else None, **hyper)
+    want = reference_adam(*state[:4], state[4] if amsgrad else None, **hyper)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    for got, expected in zip(on_gpu[:1] + on_gpu[2:], want):
+        if expected is not None:
+            np.testing.assert_allclose(got.get(), expected, **tol)
 
 
 @pytest.mark.parametrize("batch_last", [False, True])

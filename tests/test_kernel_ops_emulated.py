@@ -63,6 +63,30 @@ def test_squash_and_softmax_gradients_on_the_kernel_path(shape, seed):
         assert {f"{op.__name__}_rows", f"{op.__name__}_rows_grad"} <= used
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("optimizer, options", [(tc.optim.Adam, {}), (tc.optim.Adam, dict(weight_decay=0.1, amsgrad=True)),
+                                                (tc.optim.AdamW, dict(amsgrad=True))])
+def test_adam_steps_on_the_kernel_path_equal_the_array_path(optimizer, options, dtype):
+    """The one-launch update the GPU runs gives the array formulation's parameters, step after step."""
+    start = np.random.default_rng(5).standard_normal((6, 7)).astype(dtype)
+    results = []
+    for on_kernels in (False, True):
+        p = tc.tensor(start.copy(), requires_grad=True)
+        opt = optimizer([p], lr=1e-2, **options)
+        for step in range(4):
+            grad = np.sin(p.data * (step + 1)).astype(dtype)
+            # odd steps: a strided gradient (a transposed layer's), which the kernel path copies
+            p.grad = tc.Tensor._wrap(grad.T.copy().T if step % 2 else grad)
+            if on_kernels:
+                _, used = kernels_used(opt.step)
+                assert used == {"adam_step"}
+            else:
+                opt.step()
+        results.append(p.data)
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(results[1], results[0], rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("w_shape, kernels_expected, kernels_not_expected", [
     # float64: 6,144 values fit a block's 48 KiB. W[i] fits, but not with its gradient and the
     # staged rows: the adjoints run as two kernels

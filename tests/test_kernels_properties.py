@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinygrad_caps.kernels import activation, capsule, routing
-from tinygrad_caps.kernels.emulation import Emulator, reference_routing, reference_softmax, reference_squash, \
+from tinygrad_caps.kernels import activation, capsule, optim, routing
+from tinygrad_caps.kernels.emulation import Emulator, reference_adam, reference_routing, reference_softmax, reference_squash, \
     reference_squash_grad
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
@@ -93,3 +93,20 @@ def test_fused_routing_forward_over_generated_shapes(b, i, j, d, iterations, dty
     got = routing.routing_forward(u_hat, iterations, 1e-8, emulator(None), threads=threads)
     for name, value, want in zip(("v", "c", "logits"), got, reference_routing(u_hat, iterations, 1e-8)):
         close(value, want, dtype)
+
+
+@given(size=st.integers(1, 700), step=st.integers(1, 60), amsgrad=st.booleans(), weight_decay=st.sampled_from([0.0, 0.05]),
+       decoupled=st.booleans(), dtype=DTYPES, threads=WARPS, max_blocks=GRID_CAPS, seed=st.integers(0, 2 ** 16))
+def test_adam_step_kernel_over_generated_sizes_and_hyperparameters(size, step, amsgrad, weight_decay, decoupled, dtype,
+                                                                   threads, max_blocks, seed):
+    rng = np.random.default_rng(seed)
+    param, grad, exp_avg = (rng.standard_normal(size).astype(dtype) for _ in range(3))
+    exp_avg_sq, max_exp_avg_sq = (np.abs(rng.standard_normal(size)).astype(dtype) for _ in range(2))
+    hyper = dict(step=step, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay, decoupled=decoupled)
+    want = reference_adam(*(a.astype(np.float64) for a in (param, grad, exp_avg, exp_avg_sq)),
+                          max_exp_avg_sq.astype(np.float64) if amsgrad else None, **hyper)
+    optim.adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else None, **hyper,
+                    runner=emulator(max_blocks), threads=threads)
+    for got, expected in zip((param, exp_avg, exp_avg_sq, max_exp_avg_sq), want):
+        if expected is not None:
+            close(got, expected, dtype)

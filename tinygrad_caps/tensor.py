@@ -471,10 +471,19 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
 def _beside(value, like: Tensor, xp) -> Tensor:
     """``value`` (a number, NumPy scalar or 0-d array, or array-like) as a Tensor of ``xp`` next to ``like``."""
     if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
-        return Tensor._wrap(xp.asarray(value, dtype=zero_dim_dtype(value.dtype, like)))
+        return Tensor._wrap(_zero_dim(xp, value, zero_dim_dtype(value.dtype, like)))
     if isinstance(value, numbers.Number):
-        return Tensor._wrap(xp.asarray(value, dtype=_scalar_dtype(value, like.dtype)))
+        return Tensor._wrap(_zero_dim(xp, value, _scalar_dtype(value, like.dtype)))
     return Tensor._wrap(xp.asarray(value))
+
+
+def _zero_dim(xp, value, dtype):
+    """A new 0-d array of ``dtype`` holding ``value``. On a GPU it is filled there by a kernel:
+    a copy from the host (CuPy's asarray) costs several times the CPU time per scalar, and every
+    ``x * 0.5`` or ``1 + x`` of a step makes one."""
+    if xp is np:
+        return np.asarray(value, dtype=dtype)
+    return xp.full((), value.item() if isinstance(value, (np.generic, np.ndarray)) else value, dtype=dtype)
 
 
 from . import functional as F  # noqa: E402  (functional builds on Tensor)
