@@ -11,6 +11,7 @@ harness (``emulation``), and on a GPU against NumPy (``selftest``).
                 routing_outer_products (u_hat's gradient through both),
                 routing_forward (every routing iteration, forward only)      (routing.py)
     activation.cu  squash_rows, softmax_rows and their adjoints over the last axis  (activation.py)
+    optim.cu    adam_step (Adam/AdamW/AMSGrad, in place, one launch per parameter) (optim.py)
 """
 from .launch import raw_kernels_enabled, use_raw_kernels
 
