@@ -478,9 +478,9 @@ def _beside(value, like: Tensor, xp) -> Tensor:
 
 
 def _zero_dim(xp, value, dtype):
-    """A new 0-d array of ``dtype`` holding ``value``. On a GPU it is filled there by a kernel:
-    a copy from the host (CuPy's asarray) costs several times the CPU time per scalar, and every
-    ``x * 0.5`` or ``1 + x`` of a step makes one."""
+    """A new 0-d array of ``dtype`` holding ``value``; on a GPU it is filled there by a kernel,
+    ordered on the stream like the ops around it, instead of copied from the host (every
+    ``x * 0.5`` or ``1 + x`` of a step makes one)."""
     if xp is np:
         return np.asarray(value, dtype=dtype)
     return xp.full((), value.item() if isinstance(value, (np.generic, np.ndarray)) else value, dtype=dtype)
