@@ -156,6 +156,8 @@ class DeviceError(RuntimeError, ValueError):
 
 def device_name(array) -> str:
     """"cpu" for a NumPy array, "cuda:N" for a CuPy array on GPU N."""
+    if type(array) is np.ndarray:  # the common case first: every recorded op asks
+        return "cpu"
     return "cpu" if array_module_of(array) is np else f"cuda:{array.device.id}"
 
 

@@ -90,6 +90,11 @@ def binary(ufunc, a, b):
         return plain(a, b)
     if a.dtype != b.dtype and 0 in (a.ndim, b.ndim):
         return plain(a, b)  # NumPy 1.x promotes a 0-d operand by its value; leave that to NumPy
+    # Small results at once, without working out their shape and dtype: at most a.size * b.size
+    # values (a.size when the shapes match) of at most 16 bytes each.
+    most_values = a.size if a.shape == b.shape else a.size * b.size
+    if most_values * 16 < PARALLEL_ELEMENTWISE_BYTES:
+        return plain(a, b)
     shape = np.broadcast_shapes(a.shape, b.shape)
     dtype = ufunc.resolve_dtypes((a.dtype, b.dtype, None))[2]  # what ufunc(a, b) would return
     if len(shape) == 0 or math.prod(shape) * dtype.itemsize < PARALLEL_ELEMENTWISE_BYTES:

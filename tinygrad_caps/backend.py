@@ -150,6 +150,8 @@ def default_device() -> str:
 
 def is_cupy_array(array) -> bool:
     """True when ``array`` is a ``cupy.ndarray`` (without importing CuPy when it was never imported)."""
+    if type(array) is np.ndarray:  # the common case first: every op asks
+        return False
     cp = cupy_module() if type(array).__module__.startswith("cupy") else None
     return cp is not None and isinstance(array, cp.ndarray)
 
