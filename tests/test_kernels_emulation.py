@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tinygrad_caps.kernels import capsule, conv, routing
+from tinygrad_caps.kernels import activation, capsule, conv, optim, routing
 from tinygrad_caps.kernels.emulation import (Emulator, reference_col2im, reference_im2col, sanitizer_environment,
                                               selfcheck)
 from tinygrad_caps.kernels.launch import KernelLaunch, cuda_sources, source_text
@@ -165,6 +165,21 @@ def test_launchers_check_shapes_dtypes_and_devices(emulator):
         capsule.capsule_predict(u, np.zeros((3, 2, 2, 4)))
     with pytest.raises(ValueError, match="shared memory"):  # W[i] of 7000 doubles is over 48 KiB
         capsule.capsule_predict(np.zeros((1, 1, 7)), np.zeros((1, 1000, 1, 7)), emulator)
+
+
+def test_new_launchers_name_the_op_and_the_shapes(emulator):
+    with pytest.raises(ValueError, match=r"squash_rows_grad: g of shape \(2, 4\) differs from x of shape \(2, 3\)"):
+        activation.squash_rows_grad(np.zeros((2, 3)), np.zeros((2, 4)), runner=emulator)
+    with pytest.raises(ValueError, match="softmax_rows: x must have at least one axis"):
+        activation.softmax_rows(np.zeros(()), runner=emulator)
+    with pytest.raises(ValueError, match=r"routing_outer_products: q of shape \(2, 1, 3, 4\) does not fit p"):
+        routing.routing_outer_products(np.zeros((2, 1, 5, 4)), np.zeros((2, 1, 3, 4)), emulator)
+    state = [np.zeros((3, 2)) for _ in range(4)]
+    with pytest.raises(ValueError, match=r"adam_step: exp_avg_sq of shape \(2, 3\) differs"):
+        optim.adam_step(*state[:3], np.zeros((2, 3)), None, 1, 1e-3, (0.9, 0.999), 1e-8, runner=emulator)
+    with pytest.raises(ValueError, match="adam_step: exp_avg must be C-contiguous"):
+        optim.adam_step(state[0], state[1], np.zeros((2, 3)).T, state[3], None, 1, 1e-3, (0.9, 0.999), 1e-8,
+                        runner=emulator)
 
 
 def test_launchers_accept_non_contiguous_views(emulator):
