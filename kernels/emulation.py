@@ -303,7 +303,7 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
                     reference_squash_grad(u_hat, g_hat, 1e-8), dtype)
             compare("softmax_rows", activation.softmax_rows(du_hat, runner, threads), y, dtype)
             compare("softmax_rows_grad", activation.softmax_rows_grad(dy, dg_hat, runner, threads),
-                    y * (g_hat - (g_hat * y).sum(-1, keepdims=True)), dtype)
+                    reference_softmax_grad(y, g_hat), dtype)
         for size, amsgrad, decoupled in ((1, False, False), (37, True, False), (300, True, True)):
             state = [draw((size,), dtype) for _ in range(5)]
             state[3], state[4] = np.abs(state[3]), np.abs(state[4])  # second moments are never negative
@@ -348,6 +348,11 @@ def reference_softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
+def reference_softmax_grad(y, g):
+    """The adjoint of softmax from its output y, applied to g: y (g - sum(g y)) over the last axis."""
+    return y * (g - (g * y).sum(-1, keepdims=True))
+
+
 def reference_adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, betas, eps, weight_decay, decoupled):
     """One Adam step in NumPy (PyTorch's formula): new (param, exp_avg, exp_avg_sq, max_exp_avg_sq or None)."""
     beta1, beta2 = betas
@@ -369,11 +374,8 @@ def reference_routing(u_hat, iterations, eps):
     x = u_hat.astype(np.float64)
     logits = np.zeros(x.shape[:3])
     for it in range(iterations):
-        e = np.exp(logits - logits.max(axis=2, keepdims=True))
-        c = e / e.sum(axis=2, keepdims=True)
-        s = np.einsum("bij,bijd->bjd", c, x)
-        norm2 = (s * s).sum(axis=-1, keepdims=True)
-        v = s * (norm2 / (1 + norm2) / np.sqrt(norm2 + eps))
+        c = reference_softmax(logits)  # over J, the last axis
+        v = reference_squash(np.einsum("bij,bijd->bjd", c, x), eps)
         if it + 1 < iterations:
             logits = logits + np.einsum("bijd,bjd->bij", x, v)
     return v, c, logits

@@ -135,6 +135,11 @@ def grid_for(total: int, threads: int = DEFAULT_THREADS, runner=None) -> tuple:
     return (max(1, min(block_limit(runner), -(-total // threads))),)
 
 
+def has_kernels_for(dtype) -> bool:
+    """Whether the kernels come in ``dtype`` (float32 and float64 do)."""
+    return np.dtype(dtype) in DTYPE_SUFFIX
+
+
 def suffix(dtype) -> str:
     """"f32" or "f64": the kernel-name suffix for ``dtype``."""
     return DTYPE_SUFFIX[np.dtype(dtype)]
@@ -173,7 +178,7 @@ def prepare(op: str, named_arrays: dict, ndims: dict):
     first_name, first = next(iter(named_arrays.items()))
     xp = array_module_of(first)
     dtype = np.dtype(first.dtype)
-    if dtype not in DTYPE_SUFFIX:
+    if not has_kernels_for(dtype):
         raise TypeError(f"{op}: kernels take float32 or float64, got {first_name} of dtype {dtype}")
     for name, a in named_arrays.items():
         if device_name(a) != device_name(first):

@@ -19,7 +19,8 @@ from .emulation import reference_routing, selfcheck
 def capsnet_sized_check(cp) -> list[str]:
     """The kernels at CapsNet's sizes in float32 against float64 NumPy; returns failures."""
     from . import activation, capsule, conv, optim, routing
-    from .emulation import reference_adam, reference_softmax, reference_squash, reference_squash_grad
+    from .emulation import reference_adam, reference_softmax, reference_softmax_grad, reference_squash, \
+        reference_squash_grad
 
     rng = np.random.default_rng(0)
     failures = []
@@ -46,7 +47,7 @@ def capsnet_sized_check(cp) -> list[str]:
     compare("squash_rows", activation.squash_rows(f32[2]), reference_squash(g, 1e-8))
     compare("squash_rows_grad", activation.squash_rows_grad(f32[2], f32[2] * 0.5), reference_squash_grad(g, g * 0.5, 1e-8))
     compare("softmax_rows", activation.softmax_rows(f32[3]), reference_softmax(c))
-    compare("softmax_rows_grad", activation.softmax_rows_grad(f32[3], f32[3] * 2), c * (2 * c - (2 * c * c).sum(-1, keepdims=True)))
+    compare("softmax_rows_grad", activation.softmax_rows_grad(f32[3], f32[3] * 2), reference_softmax_grad(c, 2 * c))
     adam = [w.reshape(-1), w.reshape(-1) * 0.1, w.reshape(-1) * 0.01, np.abs(w.reshape(-1)) * 1e-3]
     adam_gpu = [cp.asarray(a, dtype=cp.float32) for a in adam]
     hyper = dict(step=5, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=False)

@@ -135,7 +135,7 @@ class LogSoftmax(Function):
 def _row_kernel_runner(x, axis):
     """The kernel runner for a row-wise activation of ``x`` over ``axis``, or None: the kernels take
     float32/float64 rows along the last axis (the engine's array formulas serve the rest)."""
-    if x.ndim == 0 or axis % x.ndim != x.ndim - 1 or x.dtype not in (np.float32, np.float64):
+    if x.ndim == 0 or axis % x.ndim != x.ndim - 1 or not kernel_launch.has_kernels_for(x.dtype):
         return None
     return kernel_launch.kernel_runner_for(x)
 

@@ -185,7 +185,7 @@ class Adam(Optimizer):
         the kernel takes float32/float64 arrays of one dtype, updated in place, so C-contiguous
         (all but the gradient, which is read only and copied when it is a strided view)."""
         present = [a for a in arrays if a is not None]
-        if present[0].dtype not in (np.float32, np.float64) or any(a.dtype != present[0].dtype for a in present) \
+        if not kernel_launch.has_kernels_for(present[0].dtype) or any(a.dtype != present[0].dtype for a in present) \
                 or not all(a.flags.c_contiguous for k, a in enumerate(arrays) if a is not None and k != 1):
             return None
         return kernel_launch.kernel_runner_for(present[0])
