@@ -2,12 +2,21 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import tinygrad_caps
 
 # The benchmarks run with the allocator tuned, as the CLI trains (TINYGRAD_CAPS_MALLOC_TUNING=0: off).
 tinygrad_caps.tune_allocator()
+
+
+PYTORCH_MISSING = "PyTorch not installed: its columns are left out (pip install torch==2.13.0 to compare)"
+
+
+def say_pytorch_missing(json_output: bool = False) -> None:
+    """Say once, on stderr when the output is JSON, that the PyTorch columns are left out."""
+    print(PYTORCH_MISSING if not json_output else f"# {PYTORCH_MISSING}", file=sys.stderr if json_output else sys.stdout)
 
 
 def time_call(fn, repeat: int = 5, warmup: int = 1, sync=None) -> dict:

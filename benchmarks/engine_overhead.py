@@ -22,7 +22,7 @@ import numpy as np
 
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
-from _timing import describe_allocator, time_call
+from _timing import describe_allocator, say_pytorch_missing, time_call
 
 
 def chain_overhead(length: int, repeat: int) -> dict:
@@ -165,13 +165,18 @@ def main():
     print(line)
     g = results["gradient_copies"]
     print(f"CapsNet step: backward copied {g['copies']} of the {g['gradients']} parameter gradients it handed out")
-    print(f"{'case':<12} {'GFLOP fwd':>9} {'ours fwd':>9} {'torch fwd':>9} {'ratio':>6} {'ours f+b':>9} "
-          f"{'torch f+b':>9} {'ratio':>6}")
+    with_torch = info["torch"] is not None
+    if not with_torch:
+        say_pytorch_missing()
+    print(f"{'case':<12} {'GFLOP fwd':>9} {'ours fwd':>9}" + (f" {'torch fwd':>9} {'ratio':>6}" if with_torch else "")
+          + f" {'ours f+b':>9}" + (f" {'torch f+b':>9} {'ratio':>6}" if with_torch else ""))
     for r in results["conv"]:
-        print(f"{r['case']:<12} {r['gflop_forward']:>9.1f} {r['ours_forward_s']:>8.3f}s "
-              f"{r.get('torch_forward_s', float('nan')):>8.3f}s {r.get('ratio_forward', float('nan')):>6.2f} "
-              f"{r['ours_forward_backward_s']:>8.3f}s {r.get('torch_forward_backward_s', float('nan')):>8.3f}s "
-              f"{r.get('ratio_forward_backward', float('nan')):>6.2f}")
+        forward = f"{r['ours_forward_s']:>8.3f}s"
+        both = f"{r['ours_forward_backward_s']:>8.3f}s"
+        if with_torch:
+            forward += f" {r['torch_forward_s']:>8.3f}s {r['ratio_forward']:>6.2f}"
+            both += f" {r['torch_forward_backward_s']:>8.3f}s {r['ratio_forward_backward']:>6.2f}"
+        print(f"{r['case']:<12} {r['gflop_forward']:>9.1f} {forward} {both}")
 
 
 if __name__ == "__main__":

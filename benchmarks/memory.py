@@ -18,6 +18,8 @@ import platform
 import subprocess
 import sys
 
+from _timing import say_pytorch_missing
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHILD = r"""
@@ -93,6 +95,7 @@ def main():
         impls = ["ours", "torch"]
     except ImportError:
         impls = ["ours"]
+        say_pytorch_missing(args.json)
     rows = []
     for batch in args.batch:
         row = {"batch": batch}

@@ -35,6 +35,7 @@ import numpy as np
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
 from tinygrad_caps import kernels
+from _timing import say_pytorch_missing
 
 try:
     import torch
@@ -407,6 +408,7 @@ def main():
         args.impl = ["cupy", "raw", "fused", "torch"] if tc.gpu_available() else ["numpy", "torch"]
         if torch is None:
             args.impl.remove("torch")
+            say_pytorch_missing(args.json)
 
     arrays = make_inputs(args)
     impls = implementations(args, arrays)

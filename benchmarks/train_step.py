@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 
 import tinygrad_caps as tc
 from tinygrad_caps.models import CapsNet, capsule_loss
-from _timing import describe_allocator, time_call, time_in_turns
+from _timing import describe_allocator, say_pytorch_missing, time_call, time_in_turns
 
 try:
     import torch
@@ -107,6 +107,8 @@ def main():
     if device.startswith("cuda"):
         info["gpu"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
         info["cudnn"] = torch.backends.cudnn.version() if torch is not None and torch.backends.cudnn.is_available() else None
+    if torch is None:
+        say_pytorch_missing(args.json)
     if args.json:
         print(json.dumps({"info": info, "rows": rows}, indent=2))
         return

@@ -26,6 +26,8 @@ from .cli_errors import report
 from .decoders import DECODERS
 from .errors import UsageError
 from .option_checks import check_out_folder, decay_factor, learning_rate, loss_weight, routing_iterations, seed
+from .run_options import (CAPSULE_TRAINING_OPTIONS, NOT_RUN_OPTIONS, capsule_only_options, explicit_options,
+                          resumed_options, saved_run_options)
 from .run_state import Interrupted
 from .routing import GRADIENT_MODES
 from .capsnet import CONVENTIONS, parse_hidden_capsules
@@ -89,7 +91,7 @@ def make_parser():
     parser.add_argument("--debug", action="store_true", help="print the traceback of every error")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train a CapsNet")
+    t = sub.add_parser("train", help="train a CapsNet or the paper's baseline CNN (--model cnn)")
     t.add_argument("--model", choices=MODELS, default="capsnet", help="CapsNet or the paper's baseline CNN")
     t.add_argument("--preset", choices=tuple(PRESETS), default=None,
                    help="sabour-official: the official code's conventions and training options; cifar10: Sabour et "
@@ -176,16 +178,24 @@ def make_parser():
 
 def run_train(args):
     """``train``: build the run's config from ``args`` and train; returns the exit status."""
-    config = {k: v for k, v in vars(args).items() if k not in ("command", "out", "resume", "no_progress", "profile")}
+    config = {k: v for k, v in vars(args).items() if k not in NOT_RUN_OPTIONS}
     if config["augment"] == "none":
         config["augment"] = None
+    explicit = getattr(args, "explicit", set())
+    if args.resume and not args.out:
+        raise UsageError("--resume needs --out, the run folder to continue")
+    out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.resume and not args.profile:
+        saved = saved_run_options(out)
+        if saved is not None:  # the run goes on as it was configured
+            first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
+            config = resumed_options(config, explicit, saved, log=None if first_rank else lambda text: None)
+    if config["model"] == "cnn":
+        config = cnn_options(config, explicit)
     if args.profile:
         from . import profile_command
 
         return profile_command.run(config, args.profile)
-    if args.resume and not args.out:
-        raise UsageError("--resume needs --out, the run folder to continue")
-    out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     check_out_folder(out, args.resume)
     if out.exists() and not args.resume and (out / "metrics.jsonl").exists():
         raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
@@ -204,6 +214,16 @@ def run_train(args):
         raise UsageError(f"mpirun started {started} processes: add --distributed to train one model on all of them")
     train(config, out, resume=args.resume, show_progress=not args.no_progress)
     return 0
+
+
+def cnn_options(config: dict, explicit: set) -> dict:
+    """``config`` for ``--model cnn``: CapsNet-only options given explicitly are refused (UsageError),
+    and the CapsNet's defaults are left out, so ``config.json`` records only what the CNN uses."""
+    given = capsule_only_options(explicit, MODEL_OPTIONS)
+    if given:
+        raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to CapsNet only, "
+                         "not to --model cnn (the baseline CNN has no capsules, routing or decoder)")
+    return {k: v for k, v in config.items() if k not in MODEL_OPTIONS and k not in CAPSULE_TRAINING_OPTIONS}
 
 
 def run_evaluate(args):
@@ -257,7 +277,10 @@ def parse_with_preset(parser, argv):
 def main(argv=None) -> int:
     """Run one command with ``argv`` (default: the command line); returns the exit status (0, 1 for
     a bug, 2 for a user error, 128 + signal when stopped)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_with_preset(make_parser(), argv)
+    if args.command == "train":
+        args.explicit = explicit_options(make_parser(), argv)
     tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
     try:
         if getattr(args, "device", None) is not None and not getattr(args, "distributed", False):

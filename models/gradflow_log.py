@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from .routing_statistics import per_iteration, routing_statistics
+from .run_state import write_text_atomically
 
 
 class GradflowLog:
@@ -41,3 +42,38 @@ class GradflowLog:
             f.write(json.dumps(record) + "\n")
         self.fresh = False
         return record
+
+
+def keep_gradflow_through_step(path, step: int) -> int:
+    """Keep the lines of a gradflow log that a checkpoint at global step ``step`` covers; returns how
+    many were dropped.
+
+    The same crash-consistency rule as ``metrics.jsonl`` (see ``run_state``): on resume, the lines of
+    steps beyond the checkpoint (they are trained and logged again) and a last line cut short by a
+    kill (no newline, or not JSON) are dropped, and the file is rewritten atomically.
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)
+    kept = []
+    for number, line in enumerate(lines, 1):
+        logged = _logged_step(line)
+        if logged is None and number < len(lines):
+            kept.append(line)  # damage a kill cannot cause is left for ``plot`` to report, not hidden
+        elif logged is not None and logged <= step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if kept == lines:
+        return 0
+    write_text_atomically(path, "".join(kept))
+    return len(lines) - len(kept)
+
+
+def _logged_step(line: str):
+    """The global step of one gradflow line, or None if the line is not a complete record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None

@@ -31,7 +31,7 @@ from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
 
 from .baseline_cnn import BaselineCNN
 from .capsnet import CapsNet
-from .gradflow_log import GradflowLog
+from .gradflow_log import GradflowLog, keep_gradflow_through_step
 from .checkpoint_schema import validate_config, validate_model_state, validate_optimizer, validate_training_checkpoint
 from .errors import TrainingDiverged, UsageError
 from .resources import check_fits
@@ -207,6 +207,10 @@ class Trainer:
             if dropped:
                 self._say(f"dropped {dropped} line{'s' * (dropped > 1)} of {metrics} beyond the checkpoint's "
                           f"epoch {self.state['epoch']}")
+            dropped = keep_gradflow_through_step(self.out_dir / "gradflow.jsonl", self.resumed_step)
+            if dropped:
+                self._say(f"dropped {dropped} line{'s' * (dropped > 1)} of {self.out_dir / 'gradflow.jsonl'} "
+                          f"beyond the checkpoint's step {self.resumed_step} (or cut short)")
         else:
             write_text_atomically(metrics, "")
         self.folder_ready = True
@@ -232,13 +236,15 @@ class Trainer:
         return "no checkpoint was written"
 
     def _keep_checkpoint_model_options(self, saved: dict):
-        """On --resume the model is the checkpoint's: its model options (conventions, hidden
-        capsules, ...) replace those of the command line, and any that differed are reported."""
+        """On resume the model is the checkpoint's: a model option that ``config`` leaves unset is
+        taken from it, and one set to another value is refused (UsageError naming both values)."""
         for key in ("model",) + MODEL_OPTIONS:
-            if key in saved and saved[key] != self.config.get(key):
-                if self.config.get(key) is not None:
-                    self.log(f"--resume: keeping the checkpoint's {key}={saved[key]!r} (not {self.config[key]!r})")
-                self.config[key] = saved[key]
+            if key not in saved:
+                continue
+            if self.config.get(key) is not None and _as_json(self.config[key]) != _as_json(saved[key]):
+                raise UsageError(f"--resume: the run's {key} is {saved[key]!r}, not {self.config[key]!r}; "
+                                 "a run continues with its own model (start a new run with another --out)")
+            self.config[key] = saved[key]
 
     def restore(self, checkpoint):
         validate_optimizer(checkpoint["optimizer"], self.last_path, [p.shape for p in self.optimizer.params])
@@ -260,6 +266,7 @@ class Trainer:
         except (ValueError, TypeError, KeyError) as exc:
             raise tc.CheckpointError(f"{self.last_path}: rng holds an unusable generator state ({exc})") from exc
         self.state = progress
+        self.resumed_step = self._global_step()  # the gradflow log is cut back to it
         self._say(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
 
     def save(self, path):
@@ -421,17 +428,25 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+def _as_json(value):
+    """``value`` as JSON sees it (tuples are lists), for comparing options with a checkpoint's."""
+    return json.loads(json.dumps(value))
+
+
 def _zero_sums():
     return {"loss": 0.0, "margin_loss": 0.0, "reconstruction_loss": 0.0, "correct": 0, "seen": 0}
 
 
 def load_checkpoint_model(path, overrides=None, device="auto"):
-    """Rebuild the model a checkpoint was trained with (options in ``overrides`` win) and load it."""
+    """Rebuild the model a checkpoint was trained with (options in ``overrides`` win) and load it;
+    returns ``(model, config)``. A checkpoint with non-finite weights is a CheckpointError."""
     checkpoint = tc.load(path)
     if not isinstance(checkpoint, dict) or "model" not in checkpoint or "config" not in checkpoint:
         raise tc.CheckpointError(f"{path} is not a tinygrad-caps training checkpoint (no model or config)")
-    for warning in validate_model_state(checkpoint["model"], path):
-        print(f"tinygrad-caps: warning: {warning}", file=sys.stderr)
+    non_finite = validate_model_state(checkpoint["model"], path)
+    if non_finite:  # a model with NaN weights predicts nothing meaningful: no accuracy, picture or gradient
+        raise tc.CheckpointError(f"{non_finite[0]}; a model with non-finite weights cannot be used "
+                                 "(the run diverged: take an earlier checkpoint)")
     validate_config(checkpoint["config"], path)
     config = dict(checkpoint["config"], **(overrides or {}))
     device = device_or_usage_error(device)

@@ -4,6 +4,7 @@ last thing they print (gpu_check.sh reads it from there). Also the kernel self-t
 without a GPU. Figures are not checked here: performance lives in benchmarks/RESULTS.md."""
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def test_routing_speed_reports_every_implementation_and_pass():
         assert row["median_s"] > 0 and row["max_rel_error"] < 1e-5
 
 
+@pytest.mark.slow
 def test_train_step_starts_both_libraries_from_the_same_weights():
     result = run_benchmark("train_step.py", "--batch", "2", "--repeat", "1", "--json")
     (row,) = result["rows"]
@@ -54,6 +56,7 @@ def test_the_kernel_self_test_says_when_there_is_no_gpu():
     assert done.returncode == 2 and "no usable GPU" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="the CPU emulation needs g++")
 def test_emulation_speed_times_fibers_and_os_threads_on_the_same_launches():
     result = run_benchmark("emulation_speed.py", "--batch", "1", "--repeat", "1", "--json")
@@ -61,3 +64,17 @@ def test_emulation_speed_times_fibers_and_os_threads_on_the_same_launches():
     for row in result["rows"]:
         assert row["cuda_threads"] > 0 and row["fibers_seconds"] > 0 and row["os_threads_seconds"] > 0
         assert row["speedup"] == row["os_threads_seconds"] / row["fibers_seconds"]
+
+
+def test_benchmarks_without_pytorch_say_so_and_leave_its_columns_out(tmp_path):
+    """With PyTorch hidden (an import that fails, as where it is not installed): one line saying so,
+    no PyTorch column and no "nan" in the table."""
+    hidden = tmp_path / "torch"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text('raise ImportError("No module named torch")\n')
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    done = subprocess.run([sys.executable, "engine_overhead.py", "--batch", "1", "--repeat", "1", "--chain", "50"],
+                          cwd=BENCHMARKS, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "PyTorch not installed" in done.stdout
+    assert "nan" not in done.stdout and "torch fwd" not in done.stdout

@@ -12,6 +12,7 @@ from tinygrad_caps.data import BatchIterator, DatasetError, load_dataset
 from tinygrad_caps.models import CapsNet, capsule_loss
 
 
+@pytest.mark.slow
 def test_reduced_capsnet_learns_fashion_mnist():
     try:
         train_x, train_y = load_dataset("fashion-mnist", "train", download_missing=False)

@@ -60,6 +60,7 @@ def test_gpu_op_and_device_tests_pass_on_two_stand_in_gpus():
     assert output.count("checks the message on a machine without a GPU") == 1, output[-3000:]
 
 
+@pytest.mark.slow
 def test_gpu_kernel_tests_pass_on_the_stand_in_below_capsnet_sizes():
     # shape2 and case1 are CapsNet's own sizes: about 4 minutes here, so they are left to the GPU run
     output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu_kernels.py",
@@ -67,6 +68,7 @@ def test_gpu_kernel_tests_pass_on_the_stand_in_below_capsnet_sizes():
     assert summary(output) == {"passed": 24, "deselected": 8}, output[-3000:]
 
 
+@pytest.mark.slow
 def test_routing_speed_gpu_branches_run_on_the_stand_in():
     """Everything routing_speed.py does only on a GPU (CUDA events, the pool's peak, every kernel
     replayed alone), at small sizes: a slip there would otherwise cost the first GPU run."""
@@ -94,6 +96,7 @@ def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):
     assert run_standin([str(TESTS / "standin_scenarios.py"), "train_on_the_second_gpu", str(tmp_path)]).strip() == "ok"
 
 
+@pytest.mark.slow
 @needs_mpi
 def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
     """The GPU tests of test_distributed.py: NCCL collectives and DDP under mpirun, one stand-in GPU
@@ -103,6 +106,7 @@ def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
     assert summary(output) == {"passed": 3, "deselected": 31}, output[-3000:]
 
 
+@pytest.mark.slow
 @needs_mpi
 def test_distributed_training_on_two_stand_in_gpus_equals_one_gpu(tmp_path):
     """`train --distributed --device cuda` under mpirun -n 2 (NCCL, one stand-in GPU per rank), then

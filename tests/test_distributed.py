@@ -299,6 +299,7 @@ def test_train_distributed_matches_one_process_and_only_rank_0_writes(tiny_data,
     assert evaluated.returncode == 0, evaluated.stderr
 
 
+@pytest.mark.slow
 @needs_mpi
 def test_train_distributed_resume_continues_exactly(tiny_data, tmp_path):
     whole = mpirun(train_command(tiny_data, tmp_path / "whole", "--epochs", "2", "--distributed"))
@@ -406,6 +407,7 @@ def rank_processes(launcher_pid):
     return sorted(found)
 
 
+@pytest.mark.slow
 @needs_mpi
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds the ranks through /proc")
 def test_train_distributed_stops_on_sigint_saves_global_sums_and_resumes_exactly(tmp_path):

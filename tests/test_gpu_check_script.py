@@ -72,6 +72,7 @@ def test_without_a_gpu_the_check_fails_at_once(tmp_path):
     assert not (out / "gpu_summary.json").exists()
 
 
+@pytest.mark.slow
 def test_every_step_runs_and_each_failure_is_named(tmp_path):
     # budget 36 s: 15 s kept for the summary and 10 s for timeout's grace leave the steps 11 s,
     # which the never-ending train step uses up; then it is cut

@@ -91,6 +91,7 @@ def test_fused_routing_forward_equals_numpy(emulator, shape, dtype):
 
 @pytest.mark.parametrize("ways", [dict(fiber_switch="ucontext"), dict(os_threads=True)],
                          ids=["fibers-ucontext", "os-threads"])
+@pytest.mark.slow
 def test_every_kernel_agrees_with_numpy_whichever_way_threads_run(ways):
     """The default (fibers with the x86-64 switch) runs every other test; the portable switch that
     ARM machines use, and OS threads without a sanitizer, must agree as well."""
@@ -235,6 +236,7 @@ def run_sanitized(kind, code):
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["thread", "address"])
 def test_all_kernels_pass_under_sanitizers(kind):
     result = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.emulation", "--sanitize", kind],
@@ -247,6 +249,7 @@ def test_all_kernels_pass_under_sanitizers(kind):
     ("thread", "racy", "ThreadSanitizer: data race"),
     ("address", "out_of_bounds", "AddressSanitizer"),
 ])
+@pytest.mark.slow
 def test_sanitizers_catch_a_race_and_an_out_of_bounds_read(broken_dir, kind, kernel, warning):
     code = textwrap.dedent(f"""
         import numpy as np

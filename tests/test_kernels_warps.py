@@ -262,6 +262,7 @@ def test_a_misaligned_float4_access_stops_the_process(kernel_dir):
     assert result.returncode != 0 and "misaligned address" in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n, racy", [(0, True), (1, False)])
 def test_thread_sanitizer_sees_a_missing_syncwarp(kernel_dir, n, racy):
     result = run_in_subprocess("thread", kernel_dir, "lane_race", (1,), (32,), f"(np.zeros(32, np.float32), np.int32({n}))")
@@ -276,6 +277,7 @@ def test_thread_sanitizer_sees_two_blocks_writing_one_element(kernel_dir):
     assert result.returncode != 0 and "ThreadSanitizer: data race" in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_address_sanitizer_sees_shared_memory_past_the_launch_size(kernel_dir):
     result = run_in_subprocess("address", kernel_dir, "dynamic_shared", (1,), (32,),
                                "(np.arange(8, dtype=np.float32), np.int32(-8))", shared=8 * 4)

@@ -226,14 +226,18 @@ def test_a_checkpoint_with_wrong_content_names_the_first_wrong_entry(finished_ru
     assert named in line
 
 
-def test_nan_weights_warn_on_evaluate_and_stop_a_resumed_run_keeping_the_checkpoint(finished_run, data_dir, capsys):
+def test_nan_weights_are_refused_by_evaluate_and_stop_a_resumed_run_keeping_the_checkpoint(finished_run, data_dir,
+                                                                                           capsys):
     path = finished_run / "checkpoints" / "last.npz"
     checkpoint = tc.load(path)
     checkpoint["model"]["conv1.weight"][0] = np.nan
     tc.save(checkpoint, path)
     before = path.read_bytes()
-    assert cli.main(["evaluate", "--checkpoint", str(path), "--data-dir", str(data_dir), "--device", "cpu"]) == 0
-    assert "non-finite" in capsys.readouterr().err
+    for command in (["evaluate", "--checkpoint", str(path), "--data-dir", str(data_dir), "--device", "cpu"],
+                    ["gradflow", "--checkpoint", str(path), "--data-dir", str(data_dir), "--device", "cpu",
+                     "--batches", "1", "--batch-size", "2"]):
+        line, out = one_line_error(capsys, cli.main(command))
+        assert "non-finite" in line and "conv1.weight" in line and "accuracy" not in out
     status = cli.main(train_args(data_dir, finished_run, "--epochs", "2", "--resume"))
     err = capsys.readouterr().err
     assert status == 2 and "Traceback" not in err and "non-finite" in err.strip().splitlines()[-1]

@@ -14,12 +14,13 @@ group of one (rank 0, world size 1) in which every collective is the identity.
 from ..errors import DistributedSetupError
 from .ddp import DistributedDataParallel
 from .process_group import (abort, all_gather_object, all_reduce, barrier, broadcast, broadcast_object, finalize,
-                            get_backend, init, is_initialized, launched_by_mpi, launcher_world_size, local_rank, rank,
-                            world_size)
+                            get_backend, init, is_initialized, launched_by_mpi, launcher_rank, launcher_world_size,
+                            local_rank, rank, world_size)
 from .sync_batchnorm import SyncBatchNorm, all_reduce_sum, convert_sync_batchnorm, sync_batch_norm
 
 __all__ = [
     "DistributedDataParallel", "DistributedSetupError", "SyncBatchNorm", "abort", "all_gather_object", "all_reduce", "all_reduce_sum",
     "barrier", "broadcast", "broadcast_object", "convert_sync_batchnorm", "finalize", "get_backend", "init",
-    "is_initialized", "launched_by_mpi", "launcher_world_size", "local_rank", "rank", "sync_batch_norm", "world_size",
+    "is_initialized", "launched_by_mpi", "launcher_rank", "launcher_world_size", "local_rank", "rank",
+    "sync_batch_norm", "world_size",
 ]

@@ -51,6 +51,16 @@ def launcher_world_size():
     return None
 
 
+def launcher_rank():
+    """This process's rank as the launcher's environment gives it (no MPI import), or None where no
+    launcher says so."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def _mpi():
     try:
         from mpi4py import MPI
