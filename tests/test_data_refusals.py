@@ -1,0 +1,90 @@
+"""Hostile or inconsistent datasets, case by case, through ``tinygrad-caps train`` (and ``evaluate``):
+each ends in one line on stderr and exit status 2, naming what is wrong, with no run folder; never
+a traceback, a silent fallback to another copy, or a success on an empty or one-class dataset.
+The generated cases are in test_fuzz_data.py."""
+import gzip
+import os
+import struct
+import urllib.error
+import warnings
+
+import numpy as np
+import pytest
+
+from dataset_files import (cifar_archive, cifar_members, norb_bytes, norb_header, png_header_only,
+                           run_cli, train_argv, write_image_folder, write_norb_split)
+from helpers import write_striped_dataset
+from tinygrad_caps.data import DatasetError, NORBError, cache, cifar, folder, norb, read_norb_matrix
+from tinygrad_caps.data.registry import DatasetSpec
+from tinygrad_caps.data.preprocess import UNIT_SCALE
+from tinygrad_caps.models.cli_errors import one_line
+
+pytest.importorskip("PIL")
+
+
+@pytest.fixture(autouse=True)
+def private_cache(monkeypatch, tmp_path):
+    def refuse(*args, **kwargs):
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(cache.urllib.request, "urlopen", refuse)
+    monkeypatch.setenv("TINYGRAD_CAPS_DATA", str(tmp_path / "cache"))
+
+
+def refused(tmp_path, argv):
+    """The one error line of a ``train`` (or other command) that must fail; checks no run folder appeared."""
+    status, _, err = run_cli(argv)
+    assert status == 2 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tinygrad-caps "), err
+    assert not (tmp_path / "run").exists()
+    return lines[0]
+
+
+def norb_folder(root, n_train=4, n_test=2):
+    write_norb_split(root, "train", n_train)
+    write_norb_split(root, "test", n_test, seed=1)
+    return root
+
+
+# ---------------------------------------------------------------- 1. smallNORB headers that overflow
+
+HUGE_DIMS = [2 ** 31 - 1] * 4
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_norb_header_declaring_exabytes_is_a_damaged_file_not_a_lack_of_memory(tmp_path, compress):
+    data = norb_folder(tmp_path / "data")
+    dat = data / f"{norb.SPLIT_PREFIX['train']}-dat.mat"
+    raw = norb_header(0x1E3D4C55, 4, HUGE_DIMS) + bytes(100)
+    dat.write_bytes(gzip.compress(raw) if compress else raw)
+    line = refused(tmp_path, train_argv("smallnorb", data, tmp_path / "run"))
+    assert str(dat) in line and "truncated or damaged" in line and "out of memory" not in line
+    assert f"{(2 ** 31 - 1) ** 4:,} bytes" in line and "holds 100" in line
+
+
+def test_a_gzip_stream_is_measured_before_it_is_called_too_big(tmp_path, monkeypatch):
+    path = tmp_path / "m.mat.gz"
+    path.write_bytes(gzip.compress(norb_bytes(np.zeros((50, 40), np.uint8))))
+    monkeypatch.setattr(norb, "meminfo_available_bytes", lambda: 1000)  # 2000 bytes do not fit
+    with pytest.raises(NORBError, match="2,000 bytes of data, more than the 1,000 bytes of memory available"):
+        read_norb_matrix(path)
+    path.write_bytes(gzip.compress(norb_bytes(np.zeros((50, 40), np.uint8))[:-1500]))
+    with pytest.raises(NORBError, match="truncated or damaged.* the gzip stream holds 500"):
+        read_norb_matrix(path)
+    monkeypatch.setattr(norb, "meminfo_available_bytes", lambda: None)  # unknown: NumPy itself refuses 2^124 bytes
+    path.write_bytes(gzip.compress(norb_header(0x1E3D4C55, 4, HUGE_DIMS) + bytes(10)))
+    with pytest.raises(NORBError, match="truncated or damaged.* the gzip stream holds 10"):
+        read_norb_matrix(path)
+
+
+def test_a_raw_norb_file_is_checked_against_its_size_before_allocating(tmp_path, monkeypatch):
+    path = tmp_path / "m.mat"
+    path.write_bytes(norb_header(0x1E3D4C54, 2, [1000, 1000, 1]) + bytes(12))
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("allocated before checking the file's size")
+
+    monkeypatch.setattr(norb, "_allocate", no_allocation)
+    with pytest.raises(NORBError, match=r"\(1000, 1000\) \(int32\) declares 4,000,000 bytes of data, the file holds"):
+        read_norb_matrix(path)
