@@ -88,3 +88,30 @@ def test_a_raw_norb_file_is_checked_against_its_size_before_allocating(tmp_path,
     monkeypatch.setattr(norb, "_allocate", no_allocation)
     with pytest.raises(NORBError, match=r"\(1000, 1000\) \(int32\) declares 4,000,000 bytes of data, the file holds"):
         read_norb_matrix(path)
+
+
+# ---------------------------------------------------------------- 2. empty splits
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_an_empty_smallnorb_split_is_refused(tmp_path, split):
+    data = norb_folder(tmp_path / "data", **{f"n_{split}": 0})
+    line = refused(tmp_path, train_argv("smallnorb", data, tmp_path / "run"))
+    assert f"the {split} split of dataset 'smallnorb' holds no examples" in line
+    assert f"{norb.SPLIT_PREFIX[split]}-dat.mat" in line
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "tiny"])
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_an_empty_idx_split_is_refused(tmp_path, dataset, split):
+    counts = (0, 6) if split == "train" else (6, 0)
+    write_striped_dataset(tmp_path / "data" / dataset, counts, size=28, cycle_labels=True)
+    line = refused(tmp_path, train_argv(dataset, tmp_path / "data", tmp_path / "run"))
+    assert f"the {split} split of dataset {dataset!r} holds no examples" in line
+    assert ("train-" if split == "train" else "t10k-") in line
+
+
+def test_a_spec_whose_loader_gives_nothing_is_refused_at_the_registry():
+    spec = DatasetSpec("custom", ("a", "b"), 1, 4, UNIT_SCALE, UNIT_SCALE, None,
+                       lambda split, d, dl: (np.zeros((0, 1, 4, 4), np.uint8), np.zeros(0, np.int64)))
+    with pytest.raises(DatasetError, match="/somewhere: the test split of dataset 'custom' holds no examples"):
+        spec.load("test", "/somewhere")

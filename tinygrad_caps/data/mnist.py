@@ -20,6 +20,7 @@ from .cache import cache_root, downloads_allowed, fetch_verified, search_dirs
 from .cache import find_file as _find_file  # a module name of its own: tests replace it here
 from .errors import DatasetError
 from .idx import read_idx, read_idx_header
+from .labels import require_examples
 
 SPLIT_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -121,6 +122,7 @@ def load_idx_dataset(name: str, split: str = "train", data_dir=None, download_mi
         raise DatasetError(f"{folder}: {split} images {images.shape} and labels {labels.shape} do not match")
     if images.dtype != np.uint8:
         raise DatasetError(f"{folder}: expected uint8 images, got {images.dtype}")
+    require_examples(len(images), name, split, images_path)
     return images, _integer_labels(labels, folder, split)
 
 
@@ -141,6 +143,7 @@ def load_idx_labels(name: str, split: str = "train", data_dir=None):
     labels = read_idx(labels_path)
     if labels.ndim != 1:
         raise DatasetError(f"{labels_path.parent}: {split} labels must be one-dimensional, got {labels.shape}")
+    require_examples(len(labels), name, split, labels_path)
     return _integer_labels(labels, labels_path.parent, split)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from .cache import cache_root, downloads_allowed, fetch_verified, find_file, search_dirs
 from .errors import CORRUPT_STREAM_ERRORS, DatasetError
 from .idx import READ_CHUNK, meminfo_available_bytes
+from .labels import require_examples
 from .transforms import downsample_by_mean
 
 NORB_TYPES = {0x1E3D4C51: np.dtype("<f4"), 0x1E3D4C53: np.dtype("<f8"), 0x1E3D4C54: np.dtype("<i4"),
@@ -233,6 +234,7 @@ def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool |
         raise DatasetError(f"{dat_path}: expected uint8 images (N, 2, 96, 96), got {images.dtype} {images.shape}")
     if labels.dtype != np.int32 or labels.ndim != 1 or len(labels) != len(images):
         raise DatasetError(f"{cat_path}: expected {len(images)} int32 labels, got {labels.dtype} {labels.shape}")
+    require_examples(len(images), "smallnorb", split, dat_path)
     bad = np.flatnonzero((labels < 0) | (labels >= len(CLASSES)))
     if bad.size:
         raise DatasetError(f"{cat_path}: label {int(labels[bad[0]])} at index {int(bad[0])} is out of range 0..4")
@@ -243,6 +245,5 @@ def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool |
             raise DatasetError(f"{info_path}: expected info of shape ({len(images)}, 4), got {info.shape}")
     chunk = 1024  # keeps the float temporaries of the 2x2 averaging small
     small = np.concatenate([downsample_by_mean(images[k:k + chunk], 96 // STORED_SIZE)
-                            for k in range(0, len(images), chunk)]) if len(images) else \
-        np.zeros((0, 2, STORED_SIZE, STORED_SIZE), np.uint8)
+                            for k in range(0, len(images), chunk)])
     return small, labels.astype(np.int64)
