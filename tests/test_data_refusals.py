@@ -115,3 +115,49 @@ def test_a_spec_whose_loader_gives_nothing_is_refused_at_the_registry():
                        lambda split, d, dl: (np.zeros((0, 1, 4, 4), np.uint8), np.zeros(0, np.int64)))
     with pytest.raises(DatasetError, match="/somewhere: the test split of dataset 'custom' holds no examples"):
         spec.load("test", "/somewhere")
+
+
+# ---------------------------------------------------------------- 3-5. image folders
+
+def test_a_png_declaring_30000x30000_pixels_is_refused_naming_it(tmp_path):
+    root = write_image_folder(tmp_path / "images")
+    bomb = root / "train" / "a" / "bomb.png"
+    bomb.write_bytes(png_header_only(30000, 30000))
+    line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
+    assert str(bomb) in line and "decompression bomb" in line
+
+
+def test_a_png_past_pillows_warning_limit_gives_no_warning_line(tmp_path):
+    from PIL import Image
+
+    root = write_image_folder(tmp_path / "images")
+    (root / "train" / "a" / "large.png").write_bytes(png_header_only(10000, 10000))  # warned, then no pixels
+    with warnings.catch_warnings(record=True) as caught:  # the console script would print a warning on stderr
+        warnings.simplefilter("always")
+        line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
+    assert "large.png: unreadable image" in line
+    assert not [w for w in caught if issubclass(w.category, Image.DecompressionBombWarning)]
+
+
+def test_a_png_with_a_misread_chunk_is_refused_naming_it(tmp_path):
+    root = write_image_folder(tmp_path / "images")
+    broken = root / "test" / "b" / "0.png"
+    raw = broken.read_bytes()
+    length = struct.unpack(">I", raw[33:37])[0]  # the IDAT chunk's, 5 short: Pillow raises SyntaxError
+    broken.write_bytes(raw[:33] + struct.pack(">I", length - 5) + raw[37:])
+    line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
+    assert f"{broken}: unreadable image (broken PNG file" in line
+
+
+@pytest.mark.parametrize("kind", ["symlink loop", "dangling symlink", "fifo"])
+def test_an_image_that_is_not_a_readable_file_is_refused_not_skipped(tmp_path, kind):
+    root = write_image_folder(tmp_path / "images")
+    odd = root / "train" / "b" / "odd.png"
+    if kind == "symlink loop":
+        os.symlink(odd.name, odd)
+    elif kind == "dangling symlink":
+        os.symlink("nowhere.png", odd)
+    else:
+        os.mkfifo(odd)
+    line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
+    assert f"{odd}: unreadable image" in line

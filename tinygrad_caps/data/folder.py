@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import stat as stat_module
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,18 @@ def folder_classes(root) -> list[str]:
     return classes
 
 
+def _image_stat(path: Path):
+    """``path``'s stat, for an image that must be a readable regular file (a symlink loop, a dangling
+    link or a FIFO named like an image is refused, as an undecodable image is)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise DatasetError(f"{path}: unreadable image ({exc.strerror or exc})") from exc
+    if not stat_module.S_ISREG(stat.st_mode):
+        raise DatasetError(f"{path}: unreadable image (not a regular file)")
+    return stat
+
+
 def _listing(folder: Path, classes: list[str]) -> list[tuple[str, int, int, int]]:
     """(relative path, class index, size, mtime_ns) of every image file, sorted by path."""
     entries = []
@@ -51,11 +65,12 @@ def _listing(folder: Path, classes: list[str]) -> list[tuple[str, int, int, int]
         class_dir = folder / name
         if not class_dir.is_dir():
             continue
-        files = sorted(p for p in class_dir.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        # is_dir() is False for a symlink loop: such entries reach _image_stat, which refuses them
+        files = sorted(p for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
         if not files:
             raise DatasetError(f"{class_dir}: the class {name!r} holds no images ({', '.join(IMAGE_SUFFIXES)})")
         for p in files:
-            stat = p.stat()
+            stat = _image_stat(p)
             entries.append((f"{name}/{p.name}", index, stat.st_size, stat.st_mtime_ns))
     if not entries:
         raise DatasetError(f"{folder}: no images in it")
@@ -66,12 +81,18 @@ def _decode(path: Path, image_size: int, channels: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            image = image.convert("L" if channels == 1 else "RGB")
-            image = image.resize((image_size, image_size), Image.BILINEAR)
-            array = np.asarray(image, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: unreadable image ({exc})") from exc
+        # Pillow warns on the way to its DecompressionBombError limit (twice as many pixels): such an
+        # image is decoded, or refused for its data, without a warning line of its own on stderr
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                image = image.convert("L" if channels == 1 else "RGB")
+                image = image.resize((image_size, image_size), Image.BILINEAR)
+                array = np.asarray(image, dtype=np.uint8)
+    except Image.DecompressionBombError as exc:  # a header declaring more pixels than Pillow decodes
+        raise DatasetError(f"{path}: refused: {exc}") from exc
+    except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError) as exc:  # SyntaxError: a bad PNG chunk
+        raise DatasetError(f"{path}: unreadable image ({str(exc) or type(exc).__name__})") from exc
     return array[None] if channels == 1 else np.moveaxis(array, -1, 0)
 
 
