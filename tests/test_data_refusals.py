@@ -161,3 +161,9 @@ def test_an_image_that_is_not_a_readable_file_is_refused_not_skipped(tmp_path, k
         os.mkfifo(odd)
     line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
     assert f"{odd}: unreadable image" in line
+
+
+def test_an_image_folder_with_one_class_is_refused(tmp_path):
+    root = write_image_folder(tmp_path / "images", classes=("only",))
+    line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
+    assert "a single class folder (only)" in line and "at least 2" in line and str(root / "train") in line

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import NPY_HEADER_ERRORS
 from .cache import cache_root, write_atomically
 from .errors import DatasetError
+from .labels import MIN_CLASSES
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -39,6 +40,9 @@ def folder_classes(root) -> list[str]:
     classes = sorted(p.name for p in _split_dir(root, "train").iterdir() if p.is_dir())
     if not classes:
         raise DatasetError(f"{Path(root) / 'train'}: no class folders in it")
+    if len(classes) < MIN_CLASSES:
+        raise DatasetError(f"{Path(root) / 'train'}: a single class folder ({classes[0]}); a classifier needs at "
+                           f"least {MIN_CLASSES}")
     return classes
 
 
