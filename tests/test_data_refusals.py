@@ -167,3 +167,33 @@ def test_an_image_folder_with_one_class_is_refused(tmp_path):
     root = write_image_folder(tmp_path / "images", classes=("only",))
     line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
     assert "a single class folder (only)" in line and "at least 2" in line and str(root / "train") in line
+
+
+# ---------------------------------------------------------------- 7. --image-size and out-of-memory messages
+
+def test_an_image_size_whose_decoded_images_cannot_fit_is_refused_before_decoding(tmp_path, monkeypatch):
+    root = write_image_folder(tmp_path / "images")
+    monkeypatch.setattr(folder, "meminfo_available_bytes", lambda: 2 * 1024 ** 3)
+
+    def no_decoding(*args):
+        raise AssertionError("decoded before the size check")
+
+    monkeypatch.setattr(folder, "_decode", no_decoding)
+    line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "100000"))
+    assert "--image-size 100000" in line and "4 images" in line and "GiB of memory is available" in line
+    needed = (4 * 3 + 3 + 4) * 100000 ** 2  # the 4 RGB images, and one in decoding (Pillow's RGBX and NumPy's RGB)
+    assert f"need {needed / 1024 ** 3:,.1f} GiB, and 2.0 GiB" in line
+
+
+def test_out_of_memory_never_has_an_empty_reason(tmp_path, monkeypatch):
+    assert one_line(MemoryError()) == ("out of memory: MemoryError (an allocation failed); use a smaller model or "
+                                       "--batch-size")
+    from PIL import Image
+
+    def exhausted(self, *args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(Image.Image, "resize", exhausted)
+    root = write_image_folder(tmp_path / "images")
+    line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
+    assert f"out of memory: decoding {root / 'train' / 'a' / '0.png'} into a 3x8x8 image" in line

@@ -19,10 +19,12 @@ import numpy as np
 
 from ..errors import NPY_HEADER_ERRORS
 from .cache import cache_root, write_atomically
-from .errors import DatasetError
+from .errors import DatasetError, DatasetOptionError
+from .idx import meminfo_available_bytes
 from .labels import MIN_CLASSES
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+GIB = 1024 ** 3
 
 
 def _split_dir(root, split: str) -> Path:
@@ -97,7 +99,20 @@ def _decode(path: Path, image_size: int, channels: int) -> np.ndarray:
         raise DatasetError(f"{path}: refused: {exc}") from exc
     except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError) as exc:  # SyntaxError: a bad PNG chunk
         raise DatasetError(f"{path}: unreadable image ({str(exc) or type(exc).__name__})") from exc
+    except MemoryError as exc:
+        raise MemoryError(f"decoding {path} into a {channels}x{image_size}x{image_size} image") from exc
     return array[None] if channels == 1 else np.moveaxis(array, -1, 0)
+
+
+def _check_decoded_size(folder: Path, count: int, image_size: int, channels: int) -> None:
+    """Refuse, before decoding anything, an ``--image-size`` whose decoded split cannot fit in memory."""
+    # the stacked uint8 images, plus one image in decoding (Pillow keeps 4 bytes a pixel, then NumPy's copy)
+    needed = count * channels * image_size ** 2 + (4 + channels) * image_size ** 2
+    available = meminfo_available_bytes()
+    if available is not None and needed > available:
+        raise DatasetOptionError(f"--image-size {image_size}: the {count} images of {folder} decoded to {channels}x"
+                                 f"{image_size}x{image_size} need {needed / GIB:,.1f} GiB, and {available / GIB:,.1f} "
+                                 "GiB of memory is available; use a smaller --image-size")
 
 
 def _save_npy_atomically(target: Path, array: np.ndarray) -> None:
@@ -123,7 +138,8 @@ def load_image_folder(root, split: str = "train", image_size: int = 32, channels
         (images, labels): uint8 (N, channels, image_size, image_size) and int64 (N,), the labels
         being indices into ``folder_classes(root)``.
     Raises:
-        DatasetError naming the missing split, the empty class or the unreadable image.
+        DatasetError naming the missing split, the empty class or the unreadable image;
+        DatasetOptionError when the decoded split would not fit in the memory available.
     """
     if split not in ("train", "test"):
         raise ValueError(f"load_image_folder: split must be 'train' or 'test', got {split!r}")
@@ -146,7 +162,10 @@ def load_image_folder(root, split: str = "train", image_size: int = 32, channels
     if cached is not None and cached[0].shape == (len(entries), channels, image_size, image_size) \
             and cached[1].shape == (len(entries),):
         return cached
-    images = np.stack([_decode(folder / relative, image_size, channels) for relative, *_ in entries])
+    _check_decoded_size(folder, len(entries), image_size, channels)
+    images = np.empty((len(entries), channels, image_size, image_size), np.uint8)  # filled in place: no second copy
+    for k, (relative, *_) in enumerate(entries):
+        images[k] = _decode(folder / relative, image_size, channels)
     labels = np.asarray([index for _, index, *_ in entries], dtype=np.int64)
     cache_dir.mkdir(parents=True, exist_ok=True)
     _save_npy_atomically(images_path, images)
