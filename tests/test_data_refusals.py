@@ -169,6 +169,41 @@ def test_an_image_folder_with_one_class_is_refused(tmp_path):
     assert "a single class folder (only)" in line and "at least 2" in line and str(root / "train") in line
 
 
+# ---------------------------------------------------------------- 6. a partial --data-dir, never the cache
+
+@pytest.mark.parametrize("missing", ["training-cat", "testing split"])
+def test_a_partial_smallnorb_data_dir_is_an_error_not_a_fallback_to_the_cache(tmp_path, missing):
+    norb_folder(tmp_path / "cache" / "smallnorb")  # a complete copy that must not be used
+    data = norb_folder(tmp_path / "data")
+    for path in data.iterdir():
+        if (missing == "training-cat" and "training-cat" in path.name) or \
+                (missing == "testing split" and "testing" in path.name):
+            path.unlink()
+    line = refused(tmp_path, train_argv("smallnorb", data, tmp_path / "run"))
+    assert f"{data} holds only part of dataset 'smallnorb'" in line
+    assert ("training-cat.mat" if missing == "training-cat" else "testing-dat.mat") in line
+
+
+def test_a_partial_cifar_folder_is_an_error_not_a_fallback_to_the_cached_archive(tmp_path):
+    (tmp_path / "cache" / "cifar10").mkdir(parents=True)
+    (tmp_path / "cache" / "cifar10" / cifar.ARCHIVE).write_bytes(cifar_archive(cifar_members(2)))
+    extracted = tmp_path / "data" / "cifar-10-batches-bin"
+    extracted.mkdir(parents=True)
+    for name, data in cifar_members(2).items():
+        if name != "data_batch_3.bin":
+            (extracted / name).write_bytes(data)
+    line = refused(tmp_path, train_argv("cifar10", tmp_path / "data", tmp_path / "run"))
+    assert f"{extracted} holds only part of dataset 'cifar10': data_batch_3.bin missing" in line
+
+
+def test_a_data_dir_without_any_of_the_files_still_finds_the_cache(tmp_path):
+    norb_folder(tmp_path / "cache" / "smallnorb")
+    (tmp_path / "empty").mkdir()
+    status, out, err = run_cli(train_argv("smallnorb", tmp_path / "empty", tmp_path / "run"))
+    assert status == 0, err
+    assert "4 training and 2 test images" in out
+
+
 # ---------------------------------------------------------------- 7. --image-size and out-of-memory messages
 
 def test_an_image_size_whose_decoded_images_cannot_fit_is_refused_before_decoding(tmp_path, monkeypatch):

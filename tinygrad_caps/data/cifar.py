@@ -59,13 +59,26 @@ def read_cifar_archive(path, split: str):
 
 
 def _find_source(split: str, data_dir):
-    """The archive, or a folder of extracted ``.bin`` files, in the searched folders; or None."""
+    """The archive, or a folder of extracted ``.bin`` files, in the searched folders; or None.
+
+    A folder given as ``data_dir`` (or its ``cifar10`` subfolder) holding some extracted ``.bin``
+    files but not all of ``split``'s is an error (DatasetError naming the missing ones), never a
+    reason to fall through to another copy.
+    """
+    user_folders = () if data_dir is None else (Path(data_dir), Path(data_dir) / "cifar10")
+    every_member = SPLIT_MEMBERS["train"] + SPLIT_MEMBERS["test"]
     for folder in search_dirs("cifar10", data_dir):
         if (folder / ARCHIVE).is_file():
             return folder / ARCHIVE
-        for extracted in (folder, folder / "cifar-10-batches-bin"):
+        candidates = (folder, folder / "cifar-10-batches-bin")
+        for extracted in candidates:
             if all((extracted / name).is_file() for name in SPLIT_MEMBERS[split]):
                 return extracted
+        for extracted in candidates if folder in user_folders else ():
+            if any((extracted / name).is_file() for name in every_member):
+                missing = ", ".join(name for name in SPLIT_MEMBERS[split] if not (extracted / name).is_file())
+                raise DatasetError(f"{extracted} holds only part of dataset 'cifar10': {missing} missing ({split} "
+                                   f"split; or put {ARCHIVE} there)")
     return None
 
 

@@ -179,10 +179,21 @@ def _required(split: str) -> list[str]:
 
 
 def find_smallnorb_dir(split: str, data_dir=None):
-    """The first searched folder holding ``split``'s dat and cat files (raw or .gz), or None."""
+    """The first searched folder holding ``split``'s dat and cat files (raw or .gz), or None.
+
+    A folder given as ``data_dir`` (or its ``smallnorb`` subfolder) that holds some smallNORB files
+    but not these two is an error (DatasetError naming the missing ones), never a reason to fall
+    through to another copy.
+    """
+    user_folders = () if data_dir is None else (Path(data_dir), Path(data_dir) / "smallnorb")
+    every_file = [f"{prefix}-{kind}.mat" for prefix in SPLIT_PREFIX.values() for kind in ("dat", "cat", "info")]
     for folder in search_dirs("smallnorb", data_dir):
-        if all(find_file(folder, stem) for stem in _required(split)):
+        found = [find_file(folder, stem) for stem in _required(split)]
+        if all(found):
             return folder
+        if folder in user_folders and any(find_file(folder, stem) for stem in every_file):
+            missing = ", ".join(f"{stem}[.gz]" for stem, path in zip(_required(split), found) if path is None)
+            raise DatasetError(f"{folder} holds only part of dataset 'smallnorb': {missing} missing ({split} split)")
     return None
 
 
