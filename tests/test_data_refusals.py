@@ -232,3 +232,24 @@ def test_out_of_memory_never_has_an_empty_reason(tmp_path, monkeypatch):
     root = write_image_folder(tmp_path / "images")
     line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
     assert f"out of memory: decoding {root / 'train' / 'a' / '0.png'} into a 3x8x8 image" in line
+
+
+# ---------------------------------------------------------------- 8. geometry mismatches name the checkpoint
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    write_striped_dataset(tmp_path / "idx" / "tiny", (8, 4), size=10, cycle_labels=True)
+    status, _, err = run_cli(train_argv("tiny", tmp_path / "idx", tmp_path / "trained"))
+    assert status == 0, err
+    return tmp_path / "trained" / "checkpoints" / "last.npz"
+
+
+@pytest.mark.parametrize("command", ["evaluate", "visualize"])
+@pytest.mark.parametrize("dataset", ["smallnorb", "cifar10", "mnist"])
+def test_a_checkpoint_for_other_images_names_both_geometries(tmp_path, checkpoint, command, dataset):
+    argv = [command, "--checkpoint", str(checkpoint), "--dataset", dataset, "--device", "cpu"]
+    if command == "visualize":
+        argv += ["--what", "reconstructions", "--out", str(tmp_path / "picture.png")]
+    line = refused(tmp_path, argv)
+    assert "--image-size" not in line and "--channels" not in line
+    assert f"checkpoint {checkpoint} takes 1x10x10 images in 3 classes" in line and f"dataset {dataset!r} gives" in line

@@ -142,6 +142,8 @@ def _imagefolder_spec(name, data_dir, image_size, channels):
                        lambda split, d, dl: load_image_folder(root if d is None else d, split, image_size, channels))
 
 
+# The datasets whose geometry --image-size and --channels choose; every other one has its own.
+OPTION_GEOMETRY = ("imagefolder",)
 REGISTRY = {"mnist": _idx_spec, "fashion-mnist": _idx_spec, "smallnorb": _smallnorb_spec, "cifar10": _cifar10_spec,
             "imagefolder": _imagefolder_spec}
 DATASETS = tuple(REGISTRY)
@@ -177,4 +179,4 @@ def load_dataset(name: str, split: str = "train", data_dir=None, download_missin
     return load_idx_dataset(name, split, data_dir, download_missing)
 
 
-__all__ = ["DATASETS", "DatasetSpec", "KNOWN", "REGISTRY", "dataset_spec", "load_dataset"]
+__all__ = ["DATASETS", "DatasetSpec", "KNOWN", "OPTION_GEOMETRY", "REGISTRY", "dataset_spec", "load_dataset"]
