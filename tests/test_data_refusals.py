@@ -253,3 +253,27 @@ def test_a_checkpoint_for_other_images_names_both_geometries(tmp_path, checkpoin
     line = refused(tmp_path, argv)
     assert "--image-size" not in line and "--channels" not in line
     assert f"checkpoint {checkpoint} takes 1x10x10 images in 3 classes" in line and f"dataset {dataset!r} gives" in line
+
+
+# ---------------------------------------------------------------- 9. a failed download
+
+def test_a_failed_mnist_download_leaves_no_folder_and_reads_as_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYGRAD_CAPS_OFFLINE", "0")
+
+    def no_network(url, timeout=None):
+        raise urllib.error.URLError(OSError(-2, "Name or service not known"))
+
+    monkeypatch.setattr(cache.urllib.request, "urlopen", no_network)
+    line = refused(tmp_path, ["train", "--dataset", "mnist", "--out", str(tmp_path / "run"), "--device", "cpu"])
+    assert "Name or service not known" in line and "put the four files" in line
+    assert ".;" not in line and "; into" not in line
+    assert not (tmp_path / "cache" / "mnist").exists()
+
+
+def test_download_messages_of_every_format_join_into_one_sentence_per_part():
+    for load in (lambda: norb.load_smallnorb("test", download_missing=False),
+                 lambda: cifar.load_cifar10("test", download_missing=False)):
+        with pytest.raises(DatasetError) as info:
+            load()
+        line = one_line(info.value)
+        assert "(downloads are off); put " in line and ".;" not in line, line

@@ -93,13 +93,13 @@ def load_cifar10(split: str = "train", data_dir=None, download_missing: bool | N
     source = _find_source(split, data_dir)
     if source is None:
         where = Path(data_dir) if data_dir is not None else cache_root() / "cifar10"
-        hint = f"  Put {ARCHIVE} (from {URL}) into {where} (or pass --data-dir)"
+        hint = f"  put {ARCHIVE} (from {URL}) into {where} (or pass --data-dir)"  # read after "; " by the CLI
         if not (downloads_allowed() if download_missing is None else download_missing):
-            raise DatasetError(f"dataset 'cifar10' not found (downloads are off).\n{hint}")
+            raise DatasetError(f"dataset 'cifar10' not found (downloads are off)\n{hint}")
         try:
             source = download_cifar10(cache_root() / "cifar10")
         except DatasetError as exc:
-            raise DatasetError(f"dataset 'cifar10' not found (offline or the download failed: {exc}).\n{hint}") from exc
+            raise DatasetError(f"dataset 'cifar10' not found (offline or the download failed: {exc})\n{hint}") from exc
     if source.is_dir():
         parts = [parse_cifar_records((source / name).read_bytes(), str(source / name)) for name in SPLIT_MEMBERS[split]]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

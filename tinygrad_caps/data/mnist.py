@@ -84,9 +84,11 @@ def find_dataset_dir(name: str, data_dir=None):
 
 
 def download(name: str, target: Path) -> Path:
-    """Fetch the four files of a known dataset into ``target`` (SHA-256 checked, atomic writes)."""
+    """Fetch the four files of a known dataset into ``target`` (SHA-256 checked, atomic writes).
+
+    ``target`` is created with the first file that arrives: a download that fails from the start
+    leaves no empty folder behind."""
     info = KNOWN[name]
-    target.mkdir(parents=True, exist_ok=True)
     for stem in ALL_FILES:
         if _find_file(target, stem):
             continue
@@ -99,7 +101,8 @@ def _missing_message(name: str, data_dir, reason: str) -> str:
     files = ", ".join(f"{stem}[.gz]" for stem in ALL_FILES)
     where = Path(data_dir) if data_dir is not None else cache_root() / name
     hint = "\n  or install the Debian package: apt-get install dataset-fashion-mnist" if name == "fashion-mnist" else ""
-    return (f"dataset {name!r} not found ({reason}).\n  Put the four files {files}\n  into {where} "
+    # each line reads on its own and after "; " (the CLI joins the lines into one)
+    return (f"dataset {name!r} not found ({reason})\n  put the four files {files} into {where} "
             f"(or pass --data-dir){hint}")
 
 

@@ -217,7 +217,8 @@ def download_smallnorb(split: str, target: Path) -> Path:
 def _missing(split: str, data_dir, reason: str) -> str:
     files = ", ".join(f"{SPLIT_PREFIX[split]}-{kind}.mat[.gz]" for kind in ("dat", "cat", "info"))
     where = Path(data_dir) if data_dir is not None else cache_root() / "smallnorb"
-    return (f"dataset 'smallnorb' ({split}) not found ({reason}).\n  Put {files}\n  into {where} "
+    # each line reads on its own and after "; " (the CLI joins the lines into one)
+    return (f"dataset 'smallnorb' ({split}) not found ({reason})\n  put {files} into {where} "
             f"(or pass --data-dir); they are at {MIRROR}")
 
 
