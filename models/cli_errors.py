@@ -41,7 +41,8 @@ def is_user_error(exc: BaseException) -> bool:
 def one_line(exc: BaseException) -> str:
     """The exception's message on one line (multi-line hints joined with "; ")."""
     if isinstance(exc, MemoryError):
-        text = f"out of memory: {exc or 'an allocation failed'}; use a smaller model or --batch-size"
+        # a bare MemoryError() (Python's, Pillow's) has no message: its name at least says what happened
+        text = f"out of memory: {str(exc) or 'MemoryError (an allocation failed)'}; use a smaller model or --batch-size"
     elif isinstance(exc, OSError) and not isinstance(exc, USER_ERROR_TYPES) and exc.strerror:
         names = [str(name) for name in (exc.filename, exc.filename2) if name is not None]
         text = f"{exc.strerror}: {' -> '.join(names)}" if names else exc.strerror

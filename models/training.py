@@ -28,6 +28,7 @@ import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
+from tinygrad_caps.data.registry import OPTION_GEOMETRY
 
 from .baseline_cnn import BaselineCNN
 from .capsnet import CapsNet
@@ -465,6 +466,8 @@ def load_checkpoint_model(path, overrides=None, device="auto"):
 def checkpoint_dataset_spec(config, name, data_dir, checkpoint):
     """The DatasetSpec of dataset ``name`` for a model trained with ``config`` (a checkpoint's), checked
     against the model's input geometry and class count (UsageError naming ``checkpoint`` if they differ)."""
-    spec = dataset_spec(name, data_dir, config["image_size"], config["in_channels"])
+    # only an image folder takes the checkpoint's geometry; any other dataset has its own, which check_model compares
+    geometry = (config["image_size"], config["in_channels"]) if name in OPTION_GEOMETRY else ()
+    spec = dataset_spec(name, data_dir, *geometry)
     spec.check_model(config["in_channels"], config["image_size"], config["num_classes"], f"checkpoint {checkpoint}")
     return spec

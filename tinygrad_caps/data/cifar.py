@@ -59,13 +59,26 @@ def read_cifar_archive(path, split: str):
 
 
 def _find_source(split: str, data_dir):
-    """The archive, or a folder of extracted ``.bin`` files, in the searched folders; or None."""
+    """The archive, or a folder of extracted ``.bin`` files, in the searched folders; or None.
+
+    A folder given as ``data_dir`` (or its ``cifar10`` subfolder) holding some extracted ``.bin``
+    files but not all of ``split``'s is an error (DatasetError naming the missing ones), never a
+    reason to fall through to another copy.
+    """
+    user_folders = () if data_dir is None else (Path(data_dir), Path(data_dir) / "cifar10")
+    every_member = SPLIT_MEMBERS["train"] + SPLIT_MEMBERS["test"]
     for folder in search_dirs("cifar10", data_dir):
         if (folder / ARCHIVE).is_file():
             return folder / ARCHIVE
-        for extracted in (folder, folder / "cifar-10-batches-bin"):
+        candidates = (folder, folder / "cifar-10-batches-bin")
+        for extracted in candidates:
             if all((extracted / name).is_file() for name in SPLIT_MEMBERS[split]):
                 return extracted
+        for extracted in candidates if folder in user_folders else ():
+            if any((extracted / name).is_file() for name in every_member):
+                missing = ", ".join(name for name in SPLIT_MEMBERS[split] if not (extracted / name).is_file())
+                raise DatasetError(f"{extracted} holds only part of dataset 'cifar10': {missing} missing ({split} "
+                                   f"split; or put {ARCHIVE} there)")
     return None
 
 
@@ -80,13 +93,13 @@ def load_cifar10(split: str = "train", data_dir=None, download_missing: bool | N
     source = _find_source(split, data_dir)
     if source is None:
         where = Path(data_dir) if data_dir is not None else cache_root() / "cifar10"
-        hint = f"  Put {ARCHIVE} (from {URL}) into {where} (or pass --data-dir)"
+        hint = f"  put {ARCHIVE} (from {URL}) into {where} (or pass --data-dir)"  # read after "; " by the CLI
         if not (downloads_allowed() if download_missing is None else download_missing):
-            raise DatasetError(f"dataset 'cifar10' not found (downloads are off).\n{hint}")
+            raise DatasetError(f"dataset 'cifar10' not found (downloads are off)\n{hint}")
         try:
             source = download_cifar10(cache_root() / "cifar10")
         except DatasetError as exc:
-            raise DatasetError(f"dataset 'cifar10' not found (offline or the download failed: {exc}).\n{hint}") from exc
+            raise DatasetError(f"dataset 'cifar10' not found (offline or the download failed: {exc})\n{hint}") from exc
     if source.is_dir():
         parts = [parse_cifar_records((source / name).read_bytes(), str(source / name)) for name in SPLIT_MEMBERS[split]]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

@@ -11,15 +11,20 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import stat as stat_module
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import NPY_HEADER_ERRORS
 from .cache import cache_root, write_atomically
-from .errors import DatasetError
+from .errors import DatasetError, DatasetOptionError
+from .idx import meminfo_available_bytes
+from .labels import MIN_CLASSES
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+GIB = 1024 ** 3
 
 
 def _split_dir(root, split: str) -> Path:
@@ -37,7 +42,22 @@ def folder_classes(root) -> list[str]:
     classes = sorted(p.name for p in _split_dir(root, "train").iterdir() if p.is_dir())
     if not classes:
         raise DatasetError(f"{Path(root) / 'train'}: no class folders in it")
+    if len(classes) < MIN_CLASSES:
+        raise DatasetError(f"{Path(root) / 'train'}: a single class folder ({classes[0]}); a classifier needs at "
+                           f"least {MIN_CLASSES}")
     return classes
+
+
+def _image_stat(path: Path):
+    """``path``'s stat, for an image that must be a readable regular file (a symlink loop, a dangling
+    link or a FIFO named like an image is refused, as an undecodable image is)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise DatasetError(f"{path}: unreadable image ({exc.strerror or exc})") from exc
+    if not stat_module.S_ISREG(stat.st_mode):
+        raise DatasetError(f"{path}: unreadable image (not a regular file)")
+    return stat
 
 
 def _listing(folder: Path, classes: list[str]) -> list[tuple[str, int, int, int]]:
@@ -51,11 +71,12 @@ def _listing(folder: Path, classes: list[str]) -> list[tuple[str, int, int, int]
         class_dir = folder / name
         if not class_dir.is_dir():
             continue
-        files = sorted(p for p in class_dir.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        # is_dir() is False for a symlink loop: such entries reach _image_stat, which refuses them
+        files = sorted(p for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
         if not files:
             raise DatasetError(f"{class_dir}: the class {name!r} holds no images ({', '.join(IMAGE_SUFFIXES)})")
         for p in files:
-            stat = p.stat()
+            stat = _image_stat(p)
             entries.append((f"{name}/{p.name}", index, stat.st_size, stat.st_mtime_ns))
     if not entries:
         raise DatasetError(f"{folder}: no images in it")
@@ -66,13 +87,32 @@ def _decode(path: Path, image_size: int, channels: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            image = image.convert("L" if channels == 1 else "RGB")
-            image = image.resize((image_size, image_size), Image.BILINEAR)
-            array = np.asarray(image, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: unreadable image ({exc})") from exc
+        # Pillow warns on the way to its DecompressionBombError limit (twice as many pixels): such an
+        # image is decoded, or refused for its data, without a warning line of its own on stderr
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                image = image.convert("L" if channels == 1 else "RGB")
+                image = image.resize((image_size, image_size), Image.BILINEAR)
+                array = np.asarray(image, dtype=np.uint8)
+    except Image.DecompressionBombError as exc:  # a header declaring more pixels than Pillow decodes
+        raise DatasetError(f"{path}: refused: {exc}") from exc
+    except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError) as exc:  # SyntaxError: a bad PNG chunk
+        raise DatasetError(f"{path}: unreadable image ({str(exc) or type(exc).__name__})") from exc
+    except MemoryError as exc:
+        raise MemoryError(f"decoding {path} into a {channels}x{image_size}x{image_size} image") from exc
     return array[None] if channels == 1 else np.moveaxis(array, -1, 0)
+
+
+def _check_decoded_size(folder: Path, count: int, image_size: int, channels: int) -> None:
+    """Refuse, before decoding anything, an ``--image-size`` whose decoded split cannot fit in memory."""
+    # the stacked uint8 images, plus one image in decoding (Pillow keeps 4 bytes a pixel, then NumPy's copy)
+    needed = count * channels * image_size ** 2 + (4 + channels) * image_size ** 2
+    available = meminfo_available_bytes()
+    if available is not None and needed > available:
+        raise DatasetOptionError(f"--image-size {image_size}: the {count} images of {folder} decoded to {channels}x"
+                                 f"{image_size}x{image_size} need {needed / GIB:,.1f} GiB, and {available / GIB:,.1f} "
+                                 "GiB of memory is available; use a smaller --image-size")
 
 
 def _save_npy_atomically(target: Path, array: np.ndarray) -> None:
@@ -98,7 +138,8 @@ def load_image_folder(root, split: str = "train", image_size: int = 32, channels
         (images, labels): uint8 (N, channels, image_size, image_size) and int64 (N,), the labels
         being indices into ``folder_classes(root)``.
     Raises:
-        DatasetError naming the missing split, the empty class or the unreadable image.
+        DatasetError naming the missing split, the empty class or the unreadable image;
+        DatasetOptionError when the decoded split would not fit in the memory available.
     """
     if split not in ("train", "test"):
         raise ValueError(f"load_image_folder: split must be 'train' or 'test', got {split!r}")
@@ -121,7 +162,10 @@ def load_image_folder(root, split: str = "train", image_size: int = 32, channels
     if cached is not None and cached[0].shape == (len(entries), channels, image_size, image_size) \
             and cached[1].shape == (len(entries),):
         return cached
-    images = np.stack([_decode(folder / relative, image_size, channels) for relative, *_ in entries])
+    _check_decoded_size(folder, len(entries), image_size, channels)
+    images = np.empty((len(entries), channels, image_size, image_size), np.uint8)  # filled in place: no second copy
+    for k, (relative, *_) in enumerate(entries):
+        images[k] = _decode(folder / relative, image_size, channels)
     labels = np.asarray([index for _, index, *_ in entries], dtype=np.int64)
     cache_dir.mkdir(parents=True, exist_ok=True)
     _save_npy_atomically(images_path, images)

@@ -8,6 +8,13 @@ from .errors import DatasetError
 MIN_CLASSES = 2
 
 
+def require_examples(count: int, dataset: str, split: str, where) -> None:
+    """Raise DatasetError, naming the dataset, the split and its file or folder ``where``, when the
+    split holds no examples (training would divide by zero; a test on nothing would report 0.0)."""
+    if count == 0:
+        raise DatasetError(f"{where}: the {split} split of dataset {dataset!r} holds no examples")
+
+
 def class_count(name: str, train_labels: np.ndarray, test_labels: np.ndarray) -> int:
     """The number of classes K of a dataset, after checking its labels.
 

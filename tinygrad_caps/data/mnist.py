@@ -20,6 +20,7 @@ from .cache import cache_root, downloads_allowed, fetch_verified, search_dirs
 from .cache import find_file as _find_file  # a module name of its own: tests replace it here
 from .errors import DatasetError
 from .idx import read_idx, read_idx_header
+from .labels import require_examples
 
 SPLIT_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -83,9 +84,11 @@ def find_dataset_dir(name: str, data_dir=None):
 
 
 def download(name: str, target: Path) -> Path:
-    """Fetch the four files of a known dataset into ``target`` (SHA-256 checked, atomic writes)."""
+    """Fetch the four files of a known dataset into ``target`` (SHA-256 checked, atomic writes).
+
+    ``target`` is created with the first file that arrives: a download that fails from the start
+    leaves no empty folder behind."""
     info = KNOWN[name]
-    target.mkdir(parents=True, exist_ok=True)
     for stem in ALL_FILES:
         if _find_file(target, stem):
             continue
@@ -98,7 +101,8 @@ def _missing_message(name: str, data_dir, reason: str) -> str:
     files = ", ".join(f"{stem}[.gz]" for stem in ALL_FILES)
     where = Path(data_dir) if data_dir is not None else cache_root() / name
     hint = "\n  or install the Debian package: apt-get install dataset-fashion-mnist" if name == "fashion-mnist" else ""
-    return (f"dataset {name!r} not found ({reason}).\n  Put the four files {files}\n  into {where} "
+    # each line reads on its own and after "; " (the CLI joins the lines into one)
+    return (f"dataset {name!r} not found ({reason})\n  put the four files {files} into {where} "
             f"(or pass --data-dir){hint}")
 
 
@@ -121,6 +125,7 @@ def load_idx_dataset(name: str, split: str = "train", data_dir=None, download_mi
         raise DatasetError(f"{folder}: {split} images {images.shape} and labels {labels.shape} do not match")
     if images.dtype != np.uint8:
         raise DatasetError(f"{folder}: expected uint8 images, got {images.dtype}")
+    require_examples(len(images), name, split, images_path)
     return images, _integer_labels(labels, folder, split)
 
 
@@ -141,6 +146,7 @@ def load_idx_labels(name: str, split: str = "train", data_dir=None):
     labels = read_idx(labels_path)
     if labels.ndim != 1:
         raise DatasetError(f"{labels_path.parent}: {split} labels must be one-dimensional, got {labels.shape}")
+    require_examples(len(labels), name, split, labels_path)
     return _integer_labels(labels, labels_path.parent, split)
 
 

@@ -11,12 +11,15 @@ TensorFlow Datasets checksum list (``tensorflow_datasets/url_checksums/smallnorb
 from __future__ import annotations
 
 import gzip
+import math
 from pathlib import Path
 
 import numpy as np
 
 from .cache import cache_root, downloads_allowed, fetch_verified, find_file, search_dirs
 from .errors import CORRUPT_STREAM_ERRORS, DatasetError
+from .idx import READ_CHUNK, meminfo_available_bytes
+from .labels import require_examples
 from .transforms import downsample_by_mean
 
 NORB_TYPES = {0x1E3D4C51: np.dtype("<f4"), 0x1E3D4C53: np.dtype("<f8"), 0x1E3D4C54: np.dtype("<i4"),
@@ -50,9 +53,10 @@ class NORBError(DatasetError, ValueError):
 
 
 def _open(path: Path):
+    """(stream, size on disk or None): a gzip stream (None: its decompressed size is unknown) or the raw file."""
     with open(path, "rb") as f:
         compressed = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if compressed else open(path, "rb")
+    return (gzip.open(path, "rb"), None) if compressed else (open(path, "rb"), path.stat().st_size)
 
 
 def _read_exact(stream, count: int, path: Path, what: str) -> bytes:
@@ -65,16 +69,65 @@ def _read_exact(stream, count: int, path: Path, what: str) -> bytes:
     return data
 
 
+def _length_error(path, shape, dtype, expected: int, found: int, stream: str = "") -> NORBError:
+    if found < expected:
+        return NORBError(f"{path}: truncated or damaged: its header {shape} ({dtype}) declares {expected:,} bytes of "
+                         f"data, the {stream or 'file'} holds {found:,}")
+    return NORBError(f"{path}: longer than its header {shape} ({dtype}) says ({expected:,} bytes of data)")
+
+
+def _count_bytes(stream, limit: int) -> int:
+    """How many bytes ``stream`` yields, reading (and dropping) no more than ``limit``: constant memory."""
+    count = 0
+    while count < limit:
+        chunk = stream.read(min(READ_CHUNK, limit - count))
+        if not chunk:
+            break
+        count += len(chunk)
+    return count
+
+
+def _allocate(shape, dtype, expected: int, available):
+    """An uninitialised array for the data, or None where it cannot fit (more than the memory
+    available, or than NumPy can index or allocate)."""
+    if available is not None and expected > available:
+        return None
+    try:
+        return np.empty(shape, dtype=dtype)
+    except (MemoryError, ValueError):  # ValueError: more bytes than an array can index
+        return None
+
+
+def _oversized_error(stream, path, shape, dtype, expected: int, available) -> NORBError:
+    """The error for data that cannot be allocated. A gzip stream is first measured (decompressed and
+    dropped, never beyond the memory available), so that a header overstating its data is reported
+    as a damaged file, not as a lack of memory."""
+    if stream is not None:
+        limit = expected if available is None else min(expected, available + 1)
+        try:
+            found = _count_bytes(stream, limit)
+        except CORRUPT_STREAM_ERRORS as exc:
+            return NORBError(f"{path}: the gzip stream is truncated or corrupt ({exc})")
+        if found < limit:  # the stream ended before the declared size (or the memory) was reached
+            return _length_error(path, shape, dtype, expected, found, "gzip stream")
+    limit = (f"the {available:,} bytes of memory available" if available is not None and expected > available
+             else "what this machine can allocate")
+    return NORBError(f"{path}: its header declares {shape} ({dtype}), {expected:,} bytes of data, more than {limit}")
+
+
 def read_norb_matrix(path) -> np.ndarray:
     """Read a NORB binary-matrix file (raw or gzip): returns an array of its element type and shape.
 
     Raises NORBError naming the file for a wrong magic number, a dimension count outside 1..16,
-    a truncated file or one longer than its header says.
+    a truncated file or one longer than its header says. The sizes the header declares are checked
+    against the file's size (a gzip stream: against its decompressed data, read in chunks) before
+    the array is allocated.
     """
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"{path}: no such file")
-    with _open(path) as stream:
+    stream, size_on_disk = _open(path)
+    with stream:
         magic, ndim = np.frombuffer(_read_exact(stream, 8, path, "header"), dtype="<i4").tolist()
         if magic & 0xFFFFFFFF not in NORB_TYPES:
             raise NORBError(f"{path}: not a NORB binary matrix (bad magic number 0x{magic & 0xFFFFFFFF:08X})")
@@ -85,7 +138,13 @@ def read_norb_matrix(path) -> np.ndarray:
         if any(d < 0 for d in dims):
             raise NORBError(f"{path}: negative dimension in {tuple(dims.tolist())}")
         dtype = NORB_TYPES[magic & 0xFFFFFFFF]
-        array = np.empty(shape, dtype=dtype)
+        expected = math.prod(shape) * dtype.itemsize
+        if size_on_disk is not None and size_on_disk - 8 - 4 * max(3, ndim) != expected:
+            raise _length_error(path, shape, dtype, expected, size_on_disk - 8 - 4 * max(3, ndim))
+        available = meminfo_available_bytes()
+        array = _allocate(shape, dtype, expected, available)
+        if array is None:
+            raise _oversized_error(stream if size_on_disk is None else None, path, shape, dtype, expected, available)
         payload = memoryview(array.reshape(-1).view(np.uint8))
         try:
             got = stream.readinto(payload)
@@ -97,11 +156,8 @@ def read_norb_matrix(path) -> np.ndarray:
             extra = stream.read(1)
         except CORRUPT_STREAM_ERRORS as exc:
             raise NORBError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
-    if got != array.nbytes:
-        raise NORBError(f"{path}: truncated: its header {shape} ({dtype}) needs {array.nbytes} bytes of data, "
-                        f"found {got}")
-    if extra:
-        raise NORBError(f"{path}: longer than its header {shape} ({dtype}) says")
+    if got != expected or extra:
+        raise _length_error(path, shape, dtype, expected, got + len(extra))
     return array.astype(dtype.newbyteorder("="), copy=False)
 
 
@@ -123,10 +179,21 @@ def _required(split: str) -> list[str]:
 
 
 def find_smallnorb_dir(split: str, data_dir=None):
-    """The first searched folder holding ``split``'s dat and cat files (raw or .gz), or None."""
+    """The first searched folder holding ``split``'s dat and cat files (raw or .gz), or None.
+
+    A folder given as ``data_dir`` (or its ``smallnorb`` subfolder) that holds some smallNORB files
+    but not these two is an error (DatasetError naming the missing ones), never a reason to fall
+    through to another copy.
+    """
+    user_folders = () if data_dir is None else (Path(data_dir), Path(data_dir) / "smallnorb")
+    every_file = [f"{prefix}-{kind}.mat" for prefix in SPLIT_PREFIX.values() for kind in ("dat", "cat", "info")]
     for folder in search_dirs("smallnorb", data_dir):
-        if all(find_file(folder, stem) for stem in _required(split)):
+        found = [find_file(folder, stem) for stem in _required(split)]
+        if all(found):
             return folder
+        if folder in user_folders and any(find_file(folder, stem) for stem in every_file):
+            missing = ", ".join(f"{stem}[.gz]" for stem, path in zip(_required(split), found) if path is None)
+            raise DatasetError(f"{folder} holds only part of dataset 'smallnorb': {missing} missing ({split} split)")
     return None
 
 
@@ -150,7 +217,8 @@ def download_smallnorb(split: str, target: Path) -> Path:
 def _missing(split: str, data_dir, reason: str) -> str:
     files = ", ".join(f"{SPLIT_PREFIX[split]}-{kind}.mat[.gz]" for kind in ("dat", "cat", "info"))
     where = Path(data_dir) if data_dir is not None else cache_root() / "smallnorb"
-    return (f"dataset 'smallnorb' ({split}) not found ({reason}).\n  Put {files}\n  into {where} "
+    # each line reads on its own and after "; " (the CLI joins the lines into one)
+    return (f"dataset 'smallnorb' ({split}) not found ({reason})\n  put {files} into {where} "
             f"(or pass --data-dir); they are at {MIRROR}")
 
 
@@ -178,6 +246,7 @@ def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool |
         raise DatasetError(f"{dat_path}: expected uint8 images (N, 2, 96, 96), got {images.dtype} {images.shape}")
     if labels.dtype != np.int32 or labels.ndim != 1 or len(labels) != len(images):
         raise DatasetError(f"{cat_path}: expected {len(images)} int32 labels, got {labels.dtype} {labels.shape}")
+    require_examples(len(images), "smallnorb", split, dat_path)
     bad = np.flatnonzero((labels < 0) | (labels >= len(CLASSES)))
     if bad.size:
         raise DatasetError(f"{cat_path}: label {int(labels[bad[0]])} at index {int(bad[0])} is out of range 0..4")
@@ -188,6 +257,5 @@ def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool |
             raise DatasetError(f"{info_path}: expected info of shape ({len(images)}, 4), got {info.shape}")
     chunk = 1024  # keeps the float temporaries of the 2x2 averaging small
     small = np.concatenate([downsample_by_mean(images[k:k + chunk], 96 // STORED_SIZE)
-                            for k in range(0, len(images), chunk)]) if len(images) else \
-        np.zeros((0, 2, STORED_SIZE, STORED_SIZE), np.uint8)
+                            for k in range(0, len(images), chunk)])
     return small, labels.astype(np.int64)

@@ -15,7 +15,7 @@ import numpy as np
 from . import cifar, norb
 from .errors import DatasetError, DatasetOptionError
 from .folder import folder_classes, load_image_folder
-from .labels import class_count
+from .labels import class_count, require_examples
 from .mnist import KNOWN, idx_image_shape, load_idx_dataset, load_idx_labels
 from .preprocess import UNIT_SCALE, Preprocess
 
@@ -62,8 +62,10 @@ class DatasetSpec:
 
     def load(self, split: str, data_dir=None, download_missing: bool | None = None):
         """The stored images and labels of ``split``: uint8 (N, C, H, W), int64 (N,); checked against
-        the spec (channels, the size the preprocessing turns them into, labels below num_classes)."""
+        the spec (channels, the size the preprocessing turns them into, labels below num_classes, at
+        least one example)."""
         images, labels = self.loader(split, data_dir, download_missing)
+        require_examples(len(labels), self.name, split, data_dir if data_dir is not None else "the data cache")
         if images.ndim != 4 or images.shape[1] != self.channels:
             raise DatasetError(f"dataset {self.name!r} ({split}): expected images (N, {self.channels}, H, W), "
                                f"got {images.shape}")
@@ -140,6 +142,8 @@ def _imagefolder_spec(name, data_dir, image_size, channels):
                        lambda split, d, dl: load_image_folder(root if d is None else d, split, image_size, channels))
 
 
+# The datasets whose geometry --image-size and --channels choose; every other one has its own.
+OPTION_GEOMETRY = ("imagefolder",)
 REGISTRY = {"mnist": _idx_spec, "fashion-mnist": _idx_spec, "smallnorb": _smallnorb_spec, "cifar10": _cifar10_spec,
             "imagefolder": _imagefolder_spec}
 DATASETS = tuple(REGISTRY)
@@ -175,4 +179,4 @@ def load_dataset(name: str, split: str = "train", data_dir=None, download_missin
     return load_idx_dataset(name, split, data_dir, download_missing)
 
 
-__all__ = ["DATASETS", "DatasetSpec", "KNOWN", "REGISTRY", "dataset_spec", "load_dataset"]
+__all__ = ["DATASETS", "DatasetSpec", "KNOWN", "OPTION_GEOMETRY", "REGISTRY", "dataset_spec", "load_dataset"]
