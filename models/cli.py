@@ -26,6 +26,8 @@ from .cli_errors import report
 from .decoders import DECODERS
 from .errors import UsageError
 from .option_checks import check_out_folder, decay_factor, learning_rate, loss_weight, routing_iterations, seed
+from .output_paths import check_picture_path, picture_help, run_folder
+from .progress import bars_wanted, progress_shown
 from .run_state import Interrupted
 from .routing import GRADIENT_MODES
 from .capsnet import CONVENTIONS, parse_hidden_capsules
@@ -162,12 +164,14 @@ def make_parser():
                    help="power iterations for the top Hessian eigenvalue of the loss in digit.weight (0: none)")
     g.add_argument("--device", default="auto")
     g.add_argument("--seed", type=seed, default=0, help="which batches, and a fresh model's initialisation")
-    g.add_argument("--out", default=None, metavar="DIR", help="writes DIR/gradflow.json and DIR/gradflow.png")
+    g.add_argument("--out", default=None, metavar="DIR",
+                   help="a folder: writes DIR/gradflow.json and DIR/gradflow.png (default: a new folder under runs/)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
     add_model_options(g, defaults=False)
 
     p = sub.add_parser("plot", help="loss, accuracy and gradient-flow curves of a training run")
     p.add_argument("run", metavar="RUN", help="a run folder (with metrics.jsonl, and gradflow.jsonl if logged)")
-    p.add_argument("--out", default=None, metavar="FILE.png", help="default: RUN/plot.png")
+    p.add_argument("--out", default=None, metavar="FILE.png", help=picture_help("RUN/plot.png"))
     for command in sub.choices.values():  # --debug before or after the command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="print the traceback of every error")
