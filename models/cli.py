@@ -38,6 +38,9 @@ from .training import (MODEL_OPTIONS, MODELS, checkpoint_dataset_spec, evaluate,
                        use_command_device)
 
 
+DEFAULT_NAME = object()  # evaluate --reconstructions without a file name: RUN/evaluate-reconstructions.png
+
+
 def positive_int(text):
     """argparse type: an integer >= 1."""
     value = int(text)
@@ -137,14 +140,19 @@ def make_parser():
     e.add_argument("--batch-size", type=positive_int, default=100)
     e.add_argument("--device", default="auto")
     e.add_argument("--limit-test", type=positive_int, default=None)
-    e.add_argument("--reconstructions", default=None, metavar="FILE.png",
-                   help="also draw 16 test images and their reconstructions (as visualize --what reconstructions)")
+    e.add_argument("--reconstructions", nargs="?", const=DEFAULT_NAME, default=None, metavar="FILE.png",
+                   help="also draw 16 test images and their reconstructions (as visualize --what reconstructions) "
+                        "and write the numbers drawn to FILE.json; "
+                        + picture_help("RUN/evaluate-reconstructions.png, in the checkpoint's run folder"))
+    e.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
     add_model_options(e, defaults=False)
 
     v = sub.add_parser("visualize", help="reconstructions, pose perturbation or robustness pictures of a checkpoint")
     v.add_argument("--checkpoint", required=True)
     v.add_argument("--what", required=True, choices=WHATS)
-    v.add_argument("--out", required=True, metavar="FILE.png", help="the picture; the numbers drawn go to FILE.json")
+    v.add_argument("--out", default=None, metavar="FILE.png",
+                   help="the numbers drawn go to FILE.json (and --gif to FILE.gif); "
+                        + picture_help("RUN/visualize-WHAT.png, in the checkpoint's run folder"))
     v.add_argument("--dataset", default=None, help="default: the dataset the checkpoint was trained on")
     v.add_argument("--data-dir", default=None)
     v.add_argument("--count", type=positive_int, default=None,
@@ -152,6 +160,7 @@ def make_parser():
     v.add_argument("--compare", default=None, metavar="CKPT2", help="robustness: a second checkpoint's curves")
     v.add_argument("--gif", action="store_true", help="robustness: also FILE.gif, the rotated image animated")
     v.add_argument("--device", default="auto")
+    v.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
 
     g = sub.add_parser("gradflow", help="how the gradient flows through routing, per mode, iteration and path")
     g.add_argument("--checkpoint", default=None, help="default: a freshly initialised model (the model options apply)")
@@ -212,16 +221,23 @@ def run_train(args):
 
 def run_evaluate(args):
     """``evaluate``: accuracy, per-class accuracy and confusion matrix of a checkpoint; returns the exit status."""
+    out = None
+    if args.reconstructions is not None:
+        name = run_folder(args.checkpoint) / "evaluate-reconstructions.png" if args.reconstructions is DEFAULT_NAME \
+            else args.reconstructions
+        out = check_picture_path(name, "--reconstructions", sidecars=(".json",))
     overrides = {k: v for k, v in vars(args).items() if k in MODEL_OPTIONS and v is not None}
     model, config = load_checkpoint_model(args.checkpoint, overrides, args.device)
-    if args.reconstructions and config.get("model") == "cnn":
+    if out is not None and config.get("model") == "cnn":
         raise UsageError("--reconstructions needs a CapsNet checkpoint; the baseline CNN has no decoder")
     dataset = args.dataset or config["dataset"]
     data_dir = args.data_dir or config.get("data_dir")
     spec = checkpoint_dataset_spec(config, dataset, data_dir, args.checkpoint)
     images, labels = limited(*spec.load("test", data_dir), args.limit_test)
     num_classes = config["num_classes"]
-    result = evaluate(model, images, labels, args.batch_size, num_classes, preprocess=spec.test_preprocess)
+    with progress_shown(len(labels), "evaluate", bars_wanted(args.no_progress)) as bar:
+        result = evaluate(model, images, labels, args.batch_size, num_classes, progress=bar,
+                          preprocess=spec.test_preprocess)
     names = list(spec.classes)
     confusion = result["confusion"]
     print(f"accuracy {result['accuracy']:.4f} on {int(confusion.sum())} {dataset} test images "
@@ -232,18 +248,18 @@ def run_evaluate(args):
         print(f"  {k} {names[k]:<12} {confusion[k, k] / max(total, 1):.4f} ({total} images)")
     print("confusion matrix (rows: true class, columns: predicted):")
     print(np.array2string(confusion, max_line_width=200))
-    if args.reconstructions:
-        out = Path(args.reconstructions)
+    if out is not None:
         record = write_reconstructions(model, spec.preprocess(images[:16]), labels[:16], names, out)
         out.with_suffix(".json").write_text(json.dumps(dict(record, checkpoint=str(args.checkpoint), dataset=dataset)))
-        print(f"reconstructions written to {out}")
+        print(f"written: {out}")
+        print(f"written: {out.with_suffix('.json')}")
     return 0
 
 
 def run_visualize(args):
     """``visualize``: draw what ``--what`` names for a checkpoint; returns the exit status."""
     visualize(args.checkpoint, args.what, args.out, dataset=args.dataset, data_dir=args.data_dir, count=args.count,
-              compare=args.compare, gif=args.gif, device=args.device)
+              compare=args.compare, gif=args.gif, device=args.device, progress=bars_wanted(args.no_progress))
     return 0
 
 
