@@ -33,6 +33,7 @@ from .routing import GRADIENT_MODES
 from .capsnet import CONVENTIONS, parse_hidden_capsules
 from .presets import PRESETS, preset_options
 from .routing import ROUTING_KINDS
+from .pictures import require_libraries
 from .visualize import WHATS, visualize, write_reconstructions
 from .training import (MODEL_OPTIONS, MODELS, checkpoint_dataset_spec, evaluate, limited, load_checkpoint_model, train,
                        use_command_device)
@@ -226,6 +227,7 @@ def run_evaluate(args):
         name = run_folder(args.checkpoint) / "evaluate-reconstructions.png" if args.reconstructions is DEFAULT_NAME \
             else args.reconstructions
         out = check_picture_path(name, "--reconstructions", sidecars=(".json",))
+        require_libraries()
     overrides = {k: v for k, v in vars(args).items() if k in MODEL_OPTIONS and v is not None}
     model, config = load_checkpoint_model(args.checkpoint, overrides, args.device)
     if out is not None and config.get("model") == "cnn":

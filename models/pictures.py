@@ -31,6 +31,16 @@ def pyplot():
     return plt
 
 
+def require_libraries(gif: bool = False) -> None:
+    """UsageError, before any work, unless matplotlib (and for ``gif`` Pillow) can be imported."""
+    pyplot()
+    if gif:
+        try:
+            import PIL.Image  # noqa: F401
+        except ImportError:
+            raise UsageError("--gif needs Pillow: pip install 'tinygrad-caps[images]'") from None
+
+
 def display_image(chw) -> np.ndarray:
     """A (C, H, W) model input or reconstruction as something ``imshow`` draws: (H, W) for 1 channel,
     (H, 2W) with the two views side by side for 2 (smallNORB), (H, W, 3) for 3; scaled to [0, 1]

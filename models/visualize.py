@@ -18,7 +18,7 @@ from .baseline_cnn import BaselineCNN
 from .errors import UsageError
 from .output_paths import check_picture_path, run_folder, run_name
 from .pictures import (TWEAKS, display_image, draw_perturbation, draw_reconstructions, draw_robustness,  # noqa: F401
-                       write_rotation_gif)
+                       require_libraries, write_rotation_gif)
 from .progress import progress_shown
 from .training import checkpoint_dataset_spec, limited, load_checkpoint_model
 
@@ -210,6 +210,7 @@ def visualize(checkpoint, what: str, out, dataset=None, data_dir=None, count=Non
             raise UsageError(f"{path}: no such checkpoint")
     out = check_picture_path(default_picture(checkpoint, what) if out is None else out, "--out",
                              sidecars=(".json", ".gif") if gif else (".json",))
+    require_libraries(gif)
     count = count or DEFAULT_COUNTS[what]
     model, config = load_checkpoint_model(checkpoint, device=device)
     if what != "robustness":

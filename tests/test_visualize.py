@@ -294,3 +294,19 @@ def test_visualize_and_evaluate_show_progress_bars_on_a_terminal_only(runs, tmp_
     assert visualize(*args, "--no-progress") == 0
     assert cli.main(["evaluate", "--checkpoint", runs["caps"], "--no-progress"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_missing_matplotlib_or_pillow_is_refused_before_any_work(runs, tmp_path, capsys, monkeypatch):
+    import sys
+
+    from tinygrad_caps.models import plots
+
+    plots.pyplot()  # matplotlib itself imports PIL.Image: loaded first, as it is by the time a picture is drawn
+    monkeypatch.setitem(sys.modules, "PIL.Image", None)  # import PIL.Image raises ImportError
+    assert visualize("--checkpoint", runs["caps"], "--what", "robustness", "--gif", "--out", str(tmp_path / "r.png")) == 2
+    assert "--gif needs Pillow" in capsys.readouterr().err
+    monkeypatch.setattr(plots, "pyplot", lambda: None)
+    assert cli.main(["evaluate", "--checkpoint", runs["caps"], "--reconstructions", str(tmp_path / "r.png")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "pictures need matplotlib" in captured.err
+    assert list(tmp_path.iterdir()) == []
