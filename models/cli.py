@@ -28,14 +28,20 @@ from .errors import UsageError
 from .option_checks import check_out_folder, decay_factor, learning_rate, loss_weight, routing_iterations, seed
 from .run_options import (CAPSULE_TRAINING_OPTIONS, NOT_RUN_OPTIONS, capsule_only_options, explicit_options,
                           resumed_options, saved_run_options)
+from .output_paths import check_picture_path, picture_help, run_folder
+from .progress import bars_wanted, progress_shown
 from .run_state import Interrupted
 from .routing import GRADIENT_MODES
 from .capsnet import CONVENTIONS, parse_hidden_capsules
 from .presets import PRESETS, preset_options
 from .routing import ROUTING_KINDS
+from .pictures import require_libraries
 from .visualize import WHATS, visualize, write_reconstructions
 from .training import (MODEL_OPTIONS, MODELS, checkpoint_dataset_spec, evaluate, limited, load_checkpoint_model, train,
                        use_command_device)
+
+
+DEFAULT_NAME = object()  # evaluate --reconstructions without a file name: RUN/evaluate-reconstructions.png
 
 
 def positive_int(text):
@@ -137,14 +143,19 @@ def make_parser():
     e.add_argument("--batch-size", type=positive_int, default=100)
     e.add_argument("--device", default="auto")
     e.add_argument("--limit-test", type=positive_int, default=None)
-    e.add_argument("--reconstructions", default=None, metavar="FILE.png",
-                   help="also draw 16 test images and their reconstructions (as visualize --what reconstructions)")
+    e.add_argument("--reconstructions", nargs="?", const=DEFAULT_NAME, default=None, metavar="FILE.png",
+                   help="also draw 16 test images and their reconstructions (as visualize --what reconstructions) "
+                        "and write the numbers drawn to FILE.json; "
+                        + picture_help("RUN/evaluate-reconstructions.png, in the checkpoint's run folder"))
+    e.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
     add_model_options(e, defaults=False)
 
     v = sub.add_parser("visualize", help="reconstructions, pose perturbation or robustness pictures of a checkpoint")
     v.add_argument("--checkpoint", required=True)
     v.add_argument("--what", required=True, choices=WHATS)
-    v.add_argument("--out", required=True, metavar="FILE.png", help="the picture; the numbers drawn go to FILE.json")
+    v.add_argument("--out", default=None, metavar="FILE.png",
+                   help="the numbers drawn go to FILE.json (and --gif to FILE.gif); "
+                        + picture_help("RUN/visualize-WHAT.png, in the checkpoint's run folder"))
     v.add_argument("--dataset", default=None, help="default: the dataset the checkpoint was trained on")
     v.add_argument("--data-dir", default=None)
     v.add_argument("--count", type=positive_int, default=None,
@@ -152,6 +163,7 @@ def make_parser():
     v.add_argument("--compare", default=None, metavar="CKPT2", help="robustness: a second checkpoint's curves")
     v.add_argument("--gif", action="store_true", help="robustness: also FILE.gif, the rotated image animated")
     v.add_argument("--device", default="auto")
+    v.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
 
     g = sub.add_parser("gradflow", help="how the gradient flows through routing, per mode, iteration and path")
     g.add_argument("--checkpoint", default=None, help="default: a freshly initialised model (the model options apply)")
@@ -164,12 +176,14 @@ def make_parser():
                    help="power iterations for the top Hessian eigenvalue of the loss in digit.weight (0: none)")
     g.add_argument("--device", default="auto")
     g.add_argument("--seed", type=seed, default=0, help="which batches, and a fresh model's initialisation")
-    g.add_argument("--out", default=None, metavar="DIR", help="writes DIR/gradflow.json and DIR/gradflow.png")
+    g.add_argument("--out", default=None, metavar="DIR",
+                   help="a folder: writes DIR/gradflow.json and DIR/gradflow.png (default: a new folder under runs/)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
     add_model_options(g, defaults=False)
 
     p = sub.add_parser("plot", help="loss, accuracy and gradient-flow curves of a training run")
     p.add_argument("run", metavar="RUN", help="a run folder (with metrics.jsonl, and gradflow.jsonl if logged)")
-    p.add_argument("--out", default=None, metavar="FILE.png", help="default: RUN/plot.png")
+    p.add_argument("--out", default=None, metavar="FILE.png", help=picture_help("RUN/plot.png"))
     for command in sub.choices.values():  # --debug before or after the command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="print the traceback of every error")
@@ -228,16 +242,24 @@ def cnn_options(config: dict, explicit: set) -> dict:
 
 def run_evaluate(args):
     """``evaluate``: accuracy, per-class accuracy and confusion matrix of a checkpoint; returns the exit status."""
+    out = None
+    if args.reconstructions is not None:
+        name = run_folder(args.checkpoint) / "evaluate-reconstructions.png" if args.reconstructions is DEFAULT_NAME \
+            else args.reconstructions
+        out = check_picture_path(name, "--reconstructions", sidecars=(".json",))
+        require_libraries()
     overrides = {k: v for k, v in vars(args).items() if k in MODEL_OPTIONS and v is not None}
     model, config = load_checkpoint_model(args.checkpoint, overrides, args.device)
-    if args.reconstructions and config.get("model") == "cnn":
+    if out is not None and config.get("model") == "cnn":
         raise UsageError("--reconstructions needs a CapsNet checkpoint; the baseline CNN has no decoder")
     dataset = args.dataset or config["dataset"]
     data_dir = args.data_dir or config.get("data_dir")
     spec = checkpoint_dataset_spec(config, dataset, data_dir, args.checkpoint)
     images, labels = limited(*spec.load("test", data_dir), args.limit_test)
     num_classes = config["num_classes"]
-    result = evaluate(model, images, labels, args.batch_size, num_classes, preprocess=spec.test_preprocess)
+    with progress_shown(len(labels), "evaluate", bars_wanted(args.no_progress)) as bar:
+        result = evaluate(model, images, labels, args.batch_size, num_classes, progress=bar,
+                          preprocess=spec.test_preprocess)
     names = list(spec.classes)
     confusion = result["confusion"]
     print(f"accuracy {result['accuracy']:.4f} on {int(confusion.sum())} {dataset} test images "
@@ -248,18 +270,18 @@ def run_evaluate(args):
         print(f"  {k} {names[k]:<12} {confusion[k, k] / max(total, 1):.4f} ({total} images)")
     print("confusion matrix (rows: true class, columns: predicted):")
     print(np.array2string(confusion, max_line_width=200))
-    if args.reconstructions:
-        out = Path(args.reconstructions)
+    if out is not None:
         record = write_reconstructions(model, spec.preprocess(images[:16]), labels[:16], names, out)
         out.with_suffix(".json").write_text(json.dumps(dict(record, checkpoint=str(args.checkpoint), dataset=dataset)))
-        print(f"reconstructions written to {out}")
+        print(f"written: {out}")
+        print(f"written: {out.with_suffix('.json')}")
     return 0
 
 
 def run_visualize(args):
     """``visualize``: draw what ``--what`` names for a checkpoint; returns the exit status."""
     visualize(args.checkpoint, args.what, args.out, dataset=args.dataset, data_dir=args.data_dir, count=args.count,
-              compare=args.compare, gif=args.gif, device=args.device)
+              compare=args.compare, gif=args.gif, device=args.device, progress=bars_wanted(args.no_progress))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,9 @@ from .baseline_cnn import BaselineCNN
 from .errors import UsageError
 from .gradflow import gradient_flow_report, mean_of_reports
 from .option_checks import check_out_folder
+from .output_paths import PICTURE_SUFFIXES, check_writable_file
 from .plots import plot_gradflow, pyplot
+from .progress import bars_wanted, progress_shown
 from .routing import GRADIENT_MODES
 from .training import MODEL_OPTIONS, build_model, checkpoint_dataset_spec, device_or_usage_error, load_checkpoint_model
 
@@ -31,6 +34,20 @@ def parse_modes(text: str) -> tuple:
     if len(set(modes)) != len(modes):
         raise UsageError(f"--modes: a mode is repeated in {text!r}")
     return modes
+
+
+def check_report_folder(out) -> Path:
+    """Raise UsageError unless ``out`` can be the report's folder: a writable folder (made if missing)
+    whose gradflow.json and gradflow.png can be written. A name ending in a picture's or JSON's suffix
+    is refused unless that folder exists: gradflow writes a folder, not a file. Creates nothing."""
+    out = Path(out)
+    if out.suffix.lower() in PICTURE_SUFFIXES + (".json",) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} names a {out.suffix} file, but gradflow writes a folder (DIR/gradflow.json "
+                         "and DIR/gradflow.png); give a folder name")
+    check_out_folder(out, resume=True)
+    for name in ("gradflow.json", "gradflow.png"):
+        check_writable_file(out / name, "--out")
+    return out
 
 
 def _model_and_data(args):
@@ -62,7 +79,7 @@ def run(args) -> int:
     if args.hessian_iterations < 0:
         raise UsageError(f"--hessian-iterations must be >= 0, got {args.hessian_iterations}")
     out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("gradflow-%Y%m%d-%H%M%S")
-    check_out_folder(out, resume=True)
+    check_report_folder(out)
     model, dataset, data_dir, spec, source = _model_and_data(args)
     images, labels = spec.load("train", data_dir)
     wanted = args.batches * args.batch_size
@@ -71,11 +88,14 @@ def run(args) -> int:
                          f"{dataset} has {len(labels)} training images")
     chosen = np.random.default_rng(args.seed).choice(len(labels), size=wanted, replace=False)
     reports = []
-    for k in range(args.batches):
-        rows = chosen[k * args.batch_size:(k + 1) * args.batch_size]
-        x = spec.preprocess(images[rows], train=False)
-        reports.append(gradient_flow_report(model, tc.tensor(x, device=model.device), labels[rows], modes,
-                                            args.hessian_iterations))
+    with progress_shown(args.batches, "gradflow", bars_wanted(getattr(args, "no_progress", False)), unit="batch") as bar:
+        for k in range(args.batches):
+            rows = chosen[k * args.batch_size:(k + 1) * args.batch_size]
+            x = spec.preprocess(images[rows], train=False)
+            reports.append(gradient_flow_report(model, tc.tensor(x, device=model.device), labels[rows], modes,
+                                                args.hessian_iterations))
+            if bar is not None:
+                bar.update(1)
     report = mean_of_reports(reports)
     report["config"].update(source=source, dataset=dataset, batches=args.batches, seed=args.seed,
                             device=model.device, dtype=str(model.digit.weight.dtype))

@@ -33,6 +33,7 @@ from tinygrad_caps.data.registry import OPTION_GEOMETRY
 from .baseline_cnn import BaselineCNN
 from .capsnet import CapsNet
 from .gradflow_log import GradflowLog, keep_gradflow_through_step
+from .progress import progress_bar as _progress
 from .checkpoint_schema import validate_config, validate_model_state, validate_optimizer, validate_training_checkpoint
 from .errors import TrainingDiverged, UsageError
 from .resources import check_fits
@@ -126,14 +127,6 @@ def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weig
     n = max(1, int(confusion.sum()))
     return {"accuracy": float(np.trace(confusion) / n), "loss": total_loss / n, "margin_loss": total_margin / n,
             "reconstruction_loss": total_recon / n, "confusion": confusion}
-
-
-def _progress(total, description, enabled):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=description, unit="img", disable=not enabled, dynamic_ncols=True, leave=False)
 
 
 class Trainer:

@@ -221,3 +221,220 @@ def test_report_covers_every_routing_layer_of_a_deep_stack_and_uniform_routing()
                    num_classes=3, routing="uniform").to(dtype="float64")
     rows = gradient_flow_report(flat, x, y, modes=("full",))["modes"]["full"]["layers"][0]["iterations"]
     assert len(rows) == 1 and rows[0]["coupling_entropy"] == pytest.approx(1.0) and rows[0]["grad_norm_sum"] > 0
+
+
+# ----- the pictures of `gradflow` and `plot`, and `plot` on damaged logs -----
+def metrics_line(epoch, loss=0.8, accuracy=0.5):
+    return {"epoch": epoch, "train_loss": loss, "test_loss": loss - 0.01, "train_accuracy": accuracy,
+            "test_accuracy": accuracy + 0.01, "lr": 1e-3, "seconds": 1.0}
+
+
+def gradflow_line(step, iterations=3, entropy=0.9999999999, layers=("digit",)):
+    rows = [{"iteration": r, "coupling_entropy": 1.0 if r == 0 else entropy - 1e-11 * step * r,
+             "grad_norm_sum": 10.0 ** (-9 + 3 * r), "grad_norm_agreement": None if r == iterations - 1 else 1e-9}
+            for r in range(iterations)]
+    return {"epoch": 1, "batch": step, "step": step, "mode": "full",
+            "layers": [{"name": name, "iterations": rows} for name in layers]}
+
+
+def write_run(folder, metrics, gradflow=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    if gradflow is not None:
+        (folder / "gradflow.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gradflow))
+    return folder
+
+
+def texts_of(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def legend_labels(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_gradflow_picture_of_zero_gradients_says_so_on_every_gradient_panel():
+    from tinygrad_caps.models.plots import gradflow_figure
+
+    report = gradient_flow_report(tiny_model(), *tiny_batch())
+    for result in report["modes"].values():
+        for row in result["layers"][0]["iterations"]:
+            row["grad_norm_sum"] = 0.0
+            row["grad_norm_agreement"] = None if row["grad_norm_agreement"] is None else 0.0
+        result["parameter_grad_norms"] = {name: 0.0 for name in result["parameter_grad_norms"]}
+    report["mode_cosine"] = {name: None for name in report["mode_cosine"]}
+    fig = gradflow_figure(report)
+    paths, entropy, parameters, cosine = fig.axes
+    assert "all gradients are zero" in texts_of(paths) and paths.get_yscale() == "linear"
+    assert all(np.nanmax(np.abs(line.get_ydata())) == 0 for line in paths.lines)  # zeros drawn, not dropped
+    assert "all parameter gradients are zero" in texts_of(parameters)
+    assert "n/a" in texts_of(cosine) and "a gradient is zero" in cosine.get_title()
+    assert entropy.get_yscale() == "log"
+
+
+def test_gradflow_picture_draws_zeros_on_a_marked_floor_and_identical_curves_apart():
+    from tinygrad_caps.models.plots import gradflow_figure
+
+    report = gradient_flow_report(tiny_model(), *tiny_batch())  # detach: no gradient through r = 0, 1
+    fig = gradflow_figure(report)
+    paths, entropy = fig.axes[:2]
+    assert paths.get_yscale() == "log"
+    floor = [line for line in paths.lines if line.get_label().startswith("0 (drawn on this floor)")]
+    assert len(floor) == 1
+    level = floor[0].get_ydata()[0]
+    detach_sum = next(line for line in paths.lines if line.get_label().startswith("detach digit sum"))
+    assert list(detach_sum.get_ydata()[:2]) == [level, level]  # the two zeros, on the floor
+    positive = [y for line in paths.lines if line not in floor for y in line.get_ydata() if y > level]
+    assert level < min(positive)
+    # the modes' forwards are the same: identical coupling curves, told apart by colour, width and legend
+    full, detach = entropy.lines[:2]
+    np.testing.assert_array_equal(full.get_ydata(), detach.get_ydata())
+    assert full.get_color() != detach.get_color() and full.get_linewidth() > detach.get_linewidth()
+    assert full.get_marker() != detach.get_marker()
+    assert "detach digit (= full digit)" in legend_labels(entropy)
+    assert "T-score" in entropy.get_title() and entropy.get_yscale() == "log"
+
+
+def test_plot_of_a_one_epoch_run_is_readable(tmp_path):
+    from tinygrad_caps.models.plots import run_figure
+
+    fig = run_figure([metrics_line(1)], [gradflow_line(1)], "quick")
+    loss, accuracy, paths, entropy = fig.axes
+    fig.canvas.draw()
+    for ax in (loss, accuracy):
+        assert ax.get_xlim() == (0.5, 1.5) and [t for t in ax.get_xticks() if 0.5 <= t <= 1.5] == [1]
+        assert all(line.get_marker() not in (None, "None", "") for line in ax.lines)
+    assert "0.79" in texts_of(loss) and "0.51" in texts_of(accuracy)  # the values written beside the points
+    for ax in (paths, entropy):  # one step: every series a marker (the dotted zero floor aside)
+        assert all(line.get_marker() not in (None, "None", "") for line in ax.lines if "floor" not in line.get_label())
+    assert fig._suptitle.get_text() == "run quick"
+
+
+def test_plot_draws_one_minus_entropy_on_a_log_axis_without_an_offset(tmp_path):
+    from tinygrad_caps.models.plots import run_figure
+
+    fig = run_figure([metrics_line(1), metrics_line(2)], [gradflow_line(step) for step in (1, 2, 3)])
+    entropy = fig.axes[3]
+    fig.canvas.draw()
+    assert entropy.get_yscale() == "log" and entropy.yaxis.get_offset_text().get_text() == ""
+    assert entropy.get_ylabel().startswith("1 - coupling entropy")
+    r0 = next(line for line in entropy.lines if line.get_label() == "r=0")
+    floor = next(line for line in entropy.lines if line.get_label().startswith("<= 0: uniform"))
+    assert set(r0.get_ydata()) == {floor.get_ydata()[0]}  # uniform coupling at r = 0: exactly 1 - 1 = 0
+
+
+def test_plot_of_couplings_uniform_to_rounding_says_so():
+    from tinygrad_caps.models.plots import run_figure
+
+    lines = [gradflow_line(step) for step in (1, 2)]
+    for line in lines:  # float32: 1 - entropy a little below 0 at every iteration
+        for row in line["layers"][0]["iterations"]:
+            row["coupling_entropy"] = 1.0 + 1e-8
+    entropy = run_figure([metrics_line(1)], lines).axes[3]
+    assert entropy.get_yscale() == "linear" and "every coupling is uniform" in texts_of(entropy)[0]
+    assert all(set(line.get_ydata()) == {0.0} for line in entropy.lines)
+
+
+def test_plot_names_the_run_and_writes_the_format_its_suffix_names(tmp_path, capsys):
+    run = write_run(tmp_path / "my-run", [metrics_line(1), metrics_line(2)], [gradflow_line(1), gradflow_line(2)])
+    for name, magic in (("c.png", b"\x89PNG"), ("c.pdf", b"%PDF"), ("c.SVG", b"<?xml")):
+        assert cli.main(["plot", str(run), "--out", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_bytes()[:len(magic)] == magic
+        assert capsys.readouterr().out == f"written: {tmp_path / name}\n"
+    assert cli.main(["plot", str(run)]) == 0
+    assert capsys.readouterr().out == f"written: {run / 'plot.png'}\n" and (run / "plot.png").exists()
+
+
+@pytest.mark.parametrize("out, message", [
+    ("curves.xyz", "pictures can be .png, .pdf or .svg files, not .xyz"),
+    ("curves", "has no suffix; name a .png, .pdf or .svg file"),
+    ("folder.png", "is a folder"),
+    ("file.txt/c.png", "is a file, so no file can be made under it"),
+    ("x" * 300 + ".png", "longer than"),
+])
+def test_plot_refuses_an_unusable_out_in_one_line(tmp_path, capsys, out, message):
+    run = write_run(tmp_path / "run", [metrics_line(1)])
+    (tmp_path / "folder.png").mkdir()
+    (tmp_path / "file.txt").write_text("")
+    before = sorted(tmp_path.rglob("*"))
+    assert cli.main(["plot", str(run), "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and err.startswith("tinygrad-caps plot: error: --out")
+    assert sorted(tmp_path.rglob("*")) == before  # nothing created
+
+
+GOOD_METRICS = json.dumps(metrics_line(1)) + "\n"
+GOOD_GRADFLOW = json.dumps(gradflow_line(1)) + "\n"
+
+
+def _ragged():
+    line = gradflow_line(2)
+    line["layers"][0]["iterations"].pop()
+    return json.dumps(line)
+
+
+def _without_layers():
+    line = gradflow_line(2)
+    del line["layers"]
+    return json.dumps(line)
+
+
+@pytest.mark.parametrize("metrics, gradflow, message", [
+    (GOOD_METRICS + "\xff\xfe{}\n", None, "metrics.jsonl: line 2 is not UTF-8 text"),
+    (GOOD_METRICS + "{}\n", None, 'metrics.jsonl: line 2: has no "epoch"'),
+    (GOOD_METRICS + "[1, 2]\n", None, "metrics.jsonl: line 2: the line is a list, not a JSON object"),
+    (GOOD_METRICS + json.dumps(dict(metrics_line(2), test_loss="high")) + "\n", None,
+     'line 2: "test_loss" is a string, not a number'),
+    (GOOD_METRICS + json.dumps(dict(metrics_line(2), train_loss=float("nan"))) + "\n", None,
+     "line 2: NaN is not a finite number"),
+    (GOOD_METRICS + json.dumps(metrics_line(1)) + "\n", None, "epoch 1 follows epoch 1; the epochs must increase"),
+    (GOOD_METRICS + json.dumps(dict(metrics_line(2), test_accuracy=7)) + "\n", None, "outside [0, 1]"),
+    (GOOD_METRICS + GOOD_METRICS[:30], None, "metrics.jsonl: the last line (2) is incomplete"),
+    (GOOD_METRICS, GOOD_GRADFLOW + _without_layers() + "\n", 'gradflow.jsonl: line 2: has no "layers"'),
+    (GOOD_METRICS, GOOD_GRADFLOW + _ragged() + "\n", "line 2: its routing layers and iterations (digit: 2 iterations) "
+                                                     "differ from the first line's (digit: 3 iterations)"),
+    (GOOD_METRICS, GOOD_GRADFLOW + GOOD_GRADFLOW[:-40], "gradflow.jsonl: the last line (2) is incomplete"),
+    (GOOD_METRICS, GOOD_GRADFLOW.replace('"grad_norm_sum": 1e-09', '"grad_norm_sum": -1.0', 1),
+     "layers[0].iterations[0].grad_norm_sum is -1.0; a gradient norm is >= 0 or null"),
+    (GOOD_METRICS, GOOD_GRADFLOW.replace('"step": 1', '"step": true'), '"step" must be a positive integer, got true'),
+])
+def test_plot_of_a_damaged_log_names_the_file_line_and_reason(tmp_path, capsys, metrics, gradflow, message):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes(metrics.encode("latin-1") if "\xff" in metrics else metrics.encode())
+    if gradflow is not None:
+        (run / "gradflow.jsonl").write_text(gradflow)
+    assert cli.main(["plot", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert str(run) in err and not (run / "plot.png").exists()
+
+
+def test_plot_of_a_run_without_a_finished_epoch(tmp_path, capsys):
+    run = write_run(tmp_path / "run", [])
+    assert cli.main(["plot", str(run)]) == 2
+    assert "holds no finished epoch yet" in capsys.readouterr().err
+    write_run(run, [], [gradflow_line(1), gradflow_line(2)])  # the gradient flow of the first steps is drawn
+    assert cli.main(["plot", str(run)]) == 0 and (run / "plot.png").exists()
+
+
+def test_gradflow_out_must_be_a_folder(tmp_path, capsys):
+    assert cli.main(["gradflow", *TINY_MODEL, "--out", str(tmp_path / "report.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "gradflow writes a folder" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "report.png").exists()
+
+
+@needs_fashion
+def test_gradflow_shows_a_progress_bar_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    from tinygrad_caps.models import progress
+
+    args = ["gradflow", *TINY_MODEL, "--batch-size", "2", "--batches", "2", "--modes", "full"]
+    assert cli.main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert "gradflow" not in capsys.readouterr().err  # not a terminal: no bar
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    assert cli.main([*args, "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "gradflow: " in err and "batch" in err
+    assert cli.main([*args, "--out", str(tmp_path / "c"), "--no-progress"]) == 0
+    assert "gradflow" not in capsys.readouterr().err

@@ -59,9 +59,10 @@ def png_size(path):
 def test_reconstructions(runs, tmp_path):
     out = tmp_path / "recon.png"
     assert visualize("--checkpoint", runs["caps"], "--what", "reconstructions", "--out", str(out), "--count", "5") == 0
-    assert png_size(out) == (550, 260)
+    assert png_size(out) == (612, 285)  # 5 columns of 1.1 inches, made wider by the key to the colours, at 100 dpi
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["what"] == "reconstructions" and record["count"] == 5 and record["dataset"] == "tiny"
+    assert record["classes"] == ["0", "1", "2"]
     assert np.asarray(record["inputs"]).shape == np.asarray(record["reconstructions"]).shape == (5, 1, 10, 10)
     assert np.asarray(record["lengths"]).shape == (5, 3) and len(record["predicted"]) == 5
     assert record["labels"] == [0, 1, 2, 0, 1]
@@ -72,7 +73,7 @@ def test_reconstructions(runs, tmp_path):
 def test_perturbation_grid(runs, tmp_path):
     out = tmp_path / "perturb.png"
     assert visualize("--checkpoint", runs["caps"], "--what", "perturbation", "--out", str(out), "--count", "2") == 0
-    assert png_size(out) == (1150, 340)
+    assert png_size(out) == (1069, 279)  # two grids of 11 x 4 tiles, 0.42 inches each, at 100 dpi
     record = json.loads(out.with_suffix(".json").read_text())
     grids = np.asarray(record["grids"])
     assert grids.shape == (2, 4, 11, 1, 10, 10)  # images, capsule dimensions, tweaks, C, H, W
@@ -91,10 +92,10 @@ def test_robustness_with_a_cnn_to_compare_and_a_gif(runs, tmp_path):
     out = tmp_path / "robust.png"
     assert visualize("--checkpoint", runs["caps"], "--what", "robustness", "--out", str(out), "--count", "12",
                      "--compare", runs["cnn"], "--gif") == 0
-    assert png_size(out) == (1300, 666)
+    assert png_size(out) == (1355, 683)  # 13 frames of 1 inch, the curves above, the key below, at 100 dpi
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["rotation_degrees"] == list(range(-60, 61, 10)) and record["translation_pixels"] == list(range(7))
-    assert len(record["accuracy"]) == 2 and any(name.startswith("cnn") for name in record["accuracy"])
+    assert list(record["accuracy"]) == ["caps (capsnet)", "cnn (cnn)"]  # the run folders' names
     for curves in record["accuracy"].values():
         assert len(curves["rotation"]) == 13 and len(curves["translation"]) == 7
         assert all(0.0 <= a <= 1.0 for a in curves["rotation"] + curves["translation"])
@@ -133,18 +134,23 @@ def test_display_image_layouts():
     assert scaled.min() == 0.0 and scaled.max() == 1.0
 
 
-def test_evaluate_reconstructions_option_still_works(runs, tmp_path):
+def test_evaluate_reconstructions_option_still_works(runs, tmp_path, capsys):
     out = tmp_path / "eval.png"
     assert cli.main(["evaluate", "--checkpoint", runs["caps"], "--reconstructions", str(out)]) == 0
-    assert png_size(out)[0] == 1320  # 12 test images, 1.1 inches each at 100 dpi
-    assert np.asarray(json.loads(out.with_suffix(".json").read_text())["reconstructions"]).shape == (12, 1, 10, 10)
+    assert png_size(out)[0] == 1365  # 12 test images, 1.1 inches each and 0.45 of margins, at 100 dpi
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert np.asarray(record["reconstructions"]).shape == (12, 1, 10, 10)
+    assert record["labels"] == [k % 3 for k in range(12)] and len(record["predicted"]) == 12
+    assert record["classes"] == ["0", "1", "2"]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2:] == [f"written: {out}", f"written: {out.with_suffix('.json')}"]
 
 
 @pytest.mark.parametrize("case, message", [
     ("missing", "no-such.npz"),
     ("gif", "--gif goes with --what robustness"),
     ("cnn", "needs a CapsNet checkpoint"),
-    ("suffix", "must name a .png file"),
+    ("suffix", "pictures can be .png, .pdf or .svg files, not .jpg"),
     ("geometry", "takes 1x12x12 images"),
     ("dataset", "not found"),
 ])
@@ -168,3 +174,139 @@ def test_unknown_what_is_a_usage_error(runs, tmp_path):
     with pytest.raises(SystemExit) as info:
         visualize("--checkpoint", runs["caps"], "--what", "everything", "--out", str(tmp_path / "x.png"))
     assert info.value.code == 2
+
+
+# ----- what the pictures show, the files each command writes and says it wrote -----
+def assert_nothing_clipped(fig):
+    """Every piece of text lies inside the figure, and no two titles overlap."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    drawn = fig.get_tightbbox(renderer)  # inches: everything drawn, tick labels, titles, legends and texts
+    width, height = fig.get_size_inches()
+    assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01, drawn
+    titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+    for k, a in enumerate(titles):
+        assert not any(a.overlaps(b) for b in titles[k + 1:])
+
+
+LONG_NAMES = ["Ankle boot", "T-shirt/top", "averyveryverylongclassname"]
+
+
+def test_reconstruction_titles_are_whole_with_a_key_and_the_true_class_of_wrong_ones():
+    from tinygrad_caps.models.pictures import reconstructions_figure
+
+    x = np.random.default_rng(0).random((3, 1, 10, 10))
+    fig = reconstructions_figure(x, x, labels=np.array([0, 1, 2]), predicted=np.array([0, 2, 1]),
+                                 class_names=LONG_NAMES)
+    titles = [ax.title for ax in fig.axes if ax.get_title()]
+    assert [t.get_text().replace("\n", " ") for t in titles] == [
+        "Ankle boot", "averyveryverylongclassname (true: T-shirt/top)", "T-shirt/top (true: averyveryverylongclassname)"]
+    assert [t.get_color() for t in titles] == ["black", "red", "red"]
+    key = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert key == ["predicted class, correct", "predicted class, wrong (true class below)"]
+    assert_nothing_clipped(fig)
+    one = reconstructions_figure(x[:1], x[:1], np.array([0]), np.array([1]), LONG_NAMES)  # narrower than its key
+    assert_nothing_clipped(one)
+
+
+def test_perturbation_grid_has_hairlines_and_no_negative_zero():
+    from tinygrad_caps.models.pictures import TWEAKS, perturbation_figure
+
+    assert not np.signbit(TWEAKS[5]) and TWEAKS[5] == 0
+    grids = np.random.default_rng(0).random((2, 4, len(TWEAKS), 1, 10, 10))
+    fig = perturbation_figure(grids, np.array([0, 2]), LONG_NAMES)
+    for ax in fig.axes:
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks[5] == "0.00" and not any(t.startswith("-0.00") for t in ticks)
+        assert all(line.get_linewidth() <= 0.5 for line in ax.lines)  # no heavy borders between tiles
+        assert all(side.get_linewidth() <= 0.5 for side in ax.spines.values())
+    assert "averyveryverylongclassname" in fig.axes[1].get_title()
+    assert_nothing_clipped(fig)
+
+
+def test_robustness_picture_keeps_class_names_whole():
+    from tinygrad_caps.models.pictures import robustness_figure
+
+    steps = len(ROTATIONS)
+    frames = np.random.default_rng(0).random((steps, 1, 10, 10))
+    curves = {"rotation_degrees": list(ROTATIONS), "translation_pixels": list(TRANSLATIONS),
+              "accuracy": {"quick (capsnet)": {"rotation": [0.5] * steps, "translation": [0.5] * len(TRANSLATIONS)}}}
+    strip = {"frames": frames, "reconstructions": frames, "predicted": np.arange(steps) % 3,
+             "lengths": np.full((steps, 3), 0.004), "rotations": [int(r) for r in ROTATIONS], "label": 0}
+    fig = robustness_figure(curves, strip, LONG_NAMES)
+    titles = [ax.get_title().replace("\n", " ") for ax in fig.axes if ax.get_title()]
+    assert titles[2] == "-40° averyveryverylongclassname |v| 4.0e-03"  # whole, and a small length not shown as 0.00
+    assert "true class: Ankle boot" in [t.get_text() for t in fig.texts][0]
+    assert_nothing_clipped(fig)
+
+
+def test_default_names_of_evaluate_and_visualize_differ_and_every_file_is_printed(runs, capsys):
+    run = runs["root"] / "caps"
+    assert cli.main(["evaluate", "--checkpoint", runs["caps"], "--reconstructions"]) == 0
+    assert visualize("--checkpoint", runs["caps"], "--what", "reconstructions") == 0
+    assert visualize("--checkpoint", runs["caps"], "--what", "robustness", "--count", "4", "--gif") == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("written: ")]
+    expected = [run / name for name in ("evaluate-reconstructions.png", "evaluate-reconstructions.json",
+                                        "visualize-reconstructions.png", "visualize-reconstructions.json",
+                                        "visualize-robustness.png", "visualize-robustness.gif",
+                                        "visualize-robustness.json")]
+    assert printed == [f"written: {path}" for path in expected]
+    assert all(path.is_file() for path in expected)
+
+
+@pytest.mark.parametrize("suffix, magic", [(".pdf", b"%PDF"), (".svg", b"<?xml"), (".PNG", b"\x89PNG")])
+def test_pictures_in_every_format_matplotlib_writes_well(runs, tmp_path, suffix, magic):
+    out = tmp_path / f"p{suffix}"
+    assert visualize("--checkpoint", runs["caps"], "--what", "perturbation", "--count", "1", "--out", str(out)) == 0
+    assert out.read_bytes()[:len(magic)] == magic and out.with_suffix(".json").exists()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("r.xyz", "pictures can be .png, .pdf or .svg files, not .xyz"),
+    ("r", "has no suffix"),
+    ("folder.png", "is a folder"),
+    ("folder/", "is a folder"),
+])
+def test_evaluate_checks_the_reconstructions_name_before_evaluating(runs, tmp_path, capsys, name, message):
+    (tmp_path / "folder.png").mkdir()
+    (tmp_path / "folder").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    target = str(tmp_path / name) + ("/" if name.endswith("/") else "")
+    assert cli.main(["evaluate", "--checkpoint", runs["caps"], "--reconstructions", target]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before the evaluation, not after printing it
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "--reconstructions" in err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_visualize_and_evaluate_show_progress_bars_on_a_terminal_only(runs, tmp_path, capsys, monkeypatch):
+    from tinygrad_caps.models import progress
+
+    args = ["--checkpoint", runs["caps"], "--what", "robustness", "--count", "4", "--out", str(tmp_path / "r.png")]
+    assert visualize(*args) == 0
+    assert capsys.readouterr().err == ""  # not a terminal: no bar
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    assert visualize(*args) == 0
+    assert "robustness: " in capsys.readouterr().err
+    assert cli.main(["evaluate", "--checkpoint", runs["caps"]]) == 0
+    assert "evaluate: " in capsys.readouterr().err
+    assert visualize(*args, "--no-progress") == 0
+    assert cli.main(["evaluate", "--checkpoint", runs["caps"], "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_missing_matplotlib_or_pillow_is_refused_before_any_work(runs, tmp_path, capsys, monkeypatch):
+    import sys
+
+    from tinygrad_caps.models import plots
+
+    plots.pyplot()  # matplotlib itself imports PIL.Image: loaded first, as it is by the time a picture is drawn
+    monkeypatch.setitem(sys.modules, "PIL.Image", None)  # import PIL.Image raises ImportError
+    assert visualize("--checkpoint", runs["caps"], "--what", "robustness", "--gif", "--out", str(tmp_path / "r.png")) == 2
+    assert "--gif needs Pillow" in capsys.readouterr().err
+    monkeypatch.setattr(plots, "pyplot", lambda: None)
+    assert cli.main(["evaluate", "--checkpoint", runs["caps"], "--reconstructions", str(tmp_path / "r.png")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "pictures need matplotlib" in captured.err
+    assert list(tmp_path.iterdir()) == []
