@@ -341,6 +341,8 @@ def raw_kernels(args, bandwidth, repeat):
         "adam_step (W, in place)": (lambda run: optim.adam_step(trained_w, *adam_state, None, 1, 1e-3, (0.9, 0.999), 1e-8,
                                                                 runner=run), 7 * w.nbytes),
         "im2col (PrimaryCaps)": (lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run), x.nbytes + col.nbytes),
+        "im2col, one element per thread (PrimaryCaps)": (
+            lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, by_rows=False), x.nbytes + col.nbytes),
         "col2im (PrimaryCaps)": (lambda run: conv.col2im(col, x.shape, (9, 9), (2, 2), (0, 0), False, run),
                                  x.nbytes + col.nbytes),
     }
@@ -423,18 +425,25 @@ def main():
 
         info["gpu"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
     rows = []
-    for impl in impls:
+    # Our routing kernels compute in float32 whatever the matmul precision; PyTorch's einsums use
+    # cuBLAS, which TF32 speeds up: its rows come at both precisions, side by side.
+    runs = [(impl, "highest") for impl in impls] + [(impl, "high") for impl in impls if impl.name == "torch-cuda"]
+    for impl, precision in runs:
         device = "cuda" if impl.device == "cuda" else "cpu"
         passes = [("forward", impl.forward)] + ([] if impl.name == "fused" else [("forward+backward", impl.forward_backward)])
+        if torch is not None:
+            torch.backends.cuda.matmul.allow_tf32 = precision == "high"
         with impl:
             for pass_name, fn in passes:
                 samples = time_pass(impl.name, fn, args.repeat, args.warmup)
                 median = statistics.median(samples)
                 nbytes = minimum_bytes(args, 4, pass_name != "forward")
-                rows.append({"impl": impl.name, "pass": pass_name, "median_s": median,
+                rows.append({"impl": impl.name, "precision": precision, "pass": pass_name, "median_s": median,
                              "spread_s": [min(samples), max(samples)], "peak_bytes": peak_memory(impl, fn),
                              "min_bytes": nbytes, "fraction_of_copy_bandwidth": nbytes / median / bandwidth[device],
                              "max_rel_error": agreement[impl.name]})
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
     result = {"info": info, "copy_bandwidth_bytes_per_s": bandwidth, "rows": rows}
     if tc.gpu_available() and "raw" in args.impl:
         result["raw_kernels"] = raw_kernels(args, bandwidth["cuda"], args.repeat)
@@ -443,13 +452,15 @@ def main():
         return
     print(f"# {info}")
     print("# copy bandwidth: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bandwidth.items()))
-    print(f"{'impl':<11} {'pass':<17} {'median':>10} {'min..max':>21} {'peak MiB':>9} {'min MB':>7} {'of copy BW':>10} {'rel err':>8}")
+    print(f"{'impl':<11} {'precision':<9} {'pass':<17} {'median':>10} {'min..max':>21} {'peak MiB':>9} {'min MB':>7} "
+          f"{'of copy BW':>10} {'rel err':>8}")
     for r in rows:
         peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2 ** 20:.0f}"
         lo, hi = r["spread_s"]
-        print(f"{r['impl']:<11} {r['pass']:<17} {r['median_s'] * 1e3:>8.2f}ms {lo * 1e3:>9.2f}..{hi * 1e3:>8.2f}ms "
-              f"{peak:>9} {r['min_bytes'] / 1e6:>7.0f} {r['fraction_of_copy_bandwidth']:>9.1%} {r['max_rel_error']:>8.1e}")
-    by = {(r["impl"], r["pass"]): r["median_s"] for r in rows}
+        print(f"{r['impl']:<11} {r['precision']:<9} {r['pass']:<17} {r['median_s'] * 1e3:>8.2f}ms {lo * 1e3:>9.2f}.."
+              f"{hi * 1e3:>8.2f}ms {peak:>9} {r['min_bytes'] / 1e6:>7.0f} {r['fraction_of_copy_bandwidth']:>9.1%} "
+              f"{r['max_rel_error']:>8.1e}")
+    by = {(r["impl"], r["pass"]): r["median_s"] for r in rows if r["precision"] == "highest"}
     for pass_name in ("forward", "forward+backward"):
         for a, b in (("raw", "cupy"), ("raw", "torch-cuda"), ("fused", "raw"), ("numpy", "torch-cpu")):
             if (a, pass_name) in by and (b, pass_name) in by:

@@ -1,10 +1,11 @@
 """Launchers for im2col.cu: ``im2col`` and ``col2im`` on NCHW float32/float64 arrays."""
 from __future__ import annotations
 
-from .launch import DEFAULT_THREADS, MAX_BLOCKS, MAX_THREADS_PER_BLOCK, KernelLaunch, check_int32, default_runner, empty_like_output, grid_for, i32, \
-    prepare, suffix
+from .launch import (DEFAULT_THREADS, MAX_BLOCKS, MAX_GRID_DIM, MAX_THREADS_PER_BLOCK, KernelLaunch, block_limit,
+                     check_int32, default_runner, empty_like_output, grid_for, i32, prepare, suffix)
 
 INT32_LIMIT = 2 ** 31
+ROW_COLUMNS_PER_THREAD = 4  # im2col_rows: consecutive columns per thread
 
 
 def _output_size(size, kernel, stride, padding):
@@ -35,11 +36,12 @@ def _kernel_name(op, dtype, sizes, index_bits):
 
 
 def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: int = DEFAULT_THREADS,
-           index_bits: int | None = None):
+           index_bits: int | None = None, by_rows: bool = True):
     """x (N, C, H, W) -> col (C*kh*kw, N*OH*OW); columns (oy, ox, n) if ``batch_last`` else (n, oy, ox).
 
     ``kernel``, ``stride`` and ``padding`` are (h, w) pairs; ``index_bits`` forces 32- or 64-bit
-    index math (None: 32 where the sizes allow). Returns the new array.
+    index math (None: 32 where the sizes allow); ``by_rows=False`` forces the one-element-per-thread
+    kernel where ``im2col_rows`` would serve (see im2col.cu). Returns the new array.
     """
     xp, (x,) = prepare("im2col", {"x": x}, {"x": 4})
     geometry = _geometry("im2col", x.shape, kernel, stride, padding)
@@ -47,6 +49,15 @@ def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: i
     col = empty_like_output(xp, (c * kh * kw, n * oh * ow), x.dtype, like=x)
     if col.size:
         runner = runner or default_runner([x])
+        rows, columns = col.shape
+        overshoot = MAX_BLOCKS * MAX_THREADS_PER_BLOCK * ROW_COLUMNS_PER_THREAD  # a column index plus one grid stride
+        blocks = block_limit(runner)  # (the emulator may cap the blocks of a whole grid)
+        if by_rows and not batch_last and index_bits != 64 and rows <= min(MAX_GRID_DIM[1], blocks) and \
+                columns + overshoot < INT32_LIMIT and x.size < INT32_LIMIT:
+            grid = (max(1, min(blocks // rows, -(-columns // (threads * ROW_COLUMNS_PER_THREAD)))), rows)
+            runner(KernelLaunch("im2col.cu", f"im2col_rows_{suffix(x.dtype)}", grid, (threads,),
+                                (x, col) + i32(*geometry), outputs=(1,)))
+            return col
         name = _kernel_name("im2col", x.dtype, (col.size, x.size), index_bits)
         runner(KernelLaunch("im2col.cu", name, grid_for(col.size, threads, runner), (threads,),
                             (x, col) + i32(*geometry, int(batch_last)), outputs=(1,)))

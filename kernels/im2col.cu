@@ -4,6 +4,10 @@
 // is nonzero, else (n, oy, ox). Both kernels use a grid-stride loop, one output element per
 // step. Index is int when every index fits 32 bits (the *_i32 kernels, which the launcher picks
 // then: 64-bit division is several times slower on the GPU), else long long.
+// im2col_rows is the (n, oy, ox) layout with one row of the column matrix per grid row (blockIdx.y
+// < 65536) and four consecutive columns per thread: the row's (c, ky, kx) is decoded once, a
+// column's (n, oy, ox) once per four, and the rest is counted, not divided; the launcher takes it
+// when the sizes fit 32-bit indices and the rows the grid's y dimension.
 // col2im gathers per input pixel (no atomics), so its sums are deterministic, and it visits only
 // the kernel offsets that land on an output pixel: ky = ky0, ky0 + sh, ... with ky0 the first
 // offset >= max(0, iy + ph - (OH-1)*sh) that is congruent to iy + ph modulo sh.
@@ -37,6 +41,42 @@ __device__ void im2col_impl(const T* __restrict__ x, T* __restrict__ col, int n,
         const int ix = ox * sw - pw + kx;
         const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
         col[idx] = inside ? x[(((Index)ni * c + ch) * h + iy) * w + ix] : T(0);
+    }
+}
+
+template <typename T>
+__device__ void im2col_rows_impl(const T* __restrict__ x, T* __restrict__ col, int n, int c, int h, int w,
+                                 int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    constexpr int per_thread = 4;
+    const int row = blockIdx.y;
+    const int kx = row % kw;
+    const int ky = (row / kw) % kh;
+    const int ch = row / (kw * kh);
+    const int ncols = n * oh * ow;
+    const int step = gridDim.x * blockDim.x * per_thread;
+    T* __restrict__ out = col + (long long)row * ncols;
+    for (int first = (blockIdx.x * blockDim.x + threadIdx.x) * per_thread; first < ncols; first += step) {
+        int ox = first % ow;
+        const int rest = first / ow;
+        int oy = rest % oh;
+        int ni = rest / oh;
+#pragma unroll
+        for (int k = 0; k < per_thread; ++k) {
+            if (first + k < ncols) {
+                const int iy = oy * sh - ph + ky;
+                const int ix = ox * sw - pw + kx;
+                const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+                out[first + k] = inside ? x[((ni * c + ch) * h + iy) * w + ix] : T(0);
+            }
+            if (++ox == ow) {
+                ox = 0;
+                if (++oy == oh) {
+                    oy = 0;
+                    ++ni;
+                }
+            }
+        }
     }
 }
 
@@ -117,4 +157,14 @@ extern "C" __global__ void col2im_i32_f32(const float* __restrict__ col, float* 
 extern "C" __global__ void col2im_i32_f64(const double* __restrict__ col, double* __restrict__ x, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow, int batch_last)
 {
     im2col_kernels::col2im_impl<double, int>(col, x, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, batch_last);
+}
+
+extern "C" __global__ void im2col_rows_f32(const float* __restrict__ x, float* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    im2col_kernels::im2col_rows_impl<float>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+}
+
+extern "C" __global__ void im2col_rows_f64(const double* __restrict__ x, double* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+{
+    im2col_kernels::im2col_rows_impl<double>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
 }

@@ -4,6 +4,12 @@
 //   decoupled weight decay) of param, exp_avg and exp_avg_sq in place, one thread per element in
 //   a grid-stride loop. The same arithmetic, in the same order, as the array formulation in
 //   tinygrad_caps/optim/optimizer.py, which takes about a dozen launches per parameter.
+//
+//   adam_step_capturable: the same update with the learning rate and the step count read from
+//   device memory (PyTorch's capturable=True), so that a CUDA graph replaying it advances the
+//   bias corrections and follows learning-rate changes; the corrections are computed in double,
+//   as the host computes them for adam_step. increment_counts adds one to step counters after
+//   every parameter of the step has read its own.
 
 namespace optim_kernels {
 
@@ -34,7 +40,39 @@ __device__ void adam_step(T* __restrict__ param, const T* __restrict__ grad, T* 
     }
 }
 
+template <typename T>
+__device__ void adam_step_capturable(T* __restrict__ param, const T* __restrict__ grad, T* __restrict__ exp_avg,
+                                     T* __restrict__ exp_avg_sq, T* __restrict__ max_exp_avg_sq, int n, int amsgrad,
+                                     int decoupled, T weight_decay, T beta1, T one_minus_beta1, T beta2,
+                                     T one_minus_beta2, T eps, double beta1_d, double beta2_d, double weight_decay_d,
+                                     const double* __restrict__ lr, const int* __restrict__ step)
+{
+    const double t = double(*step + 1);  // this step's count: the counter is incremented after the update
+    const double rate = *lr;
+    const T decay_factor = T(1.0 - rate * weight_decay_d);
+    const T bias_correction2_sqrt = T(sqrt(1.0 - pow(beta2_d, t)));
+    const T step_size = T(rate / (1.0 - pow(beta1_d, t)));
+    adam_step<T>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, amsgrad, decoupled, weight_decay, decay_factor,
+                 beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, step_size, eps);
+}
+
 }  // namespace optim_kernels
+
+extern "C" __global__ void increment_counts(int* __restrict__ counts, int n)
+{
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x)
+        counts[e] += 1;
+}
+
+extern "C" __global__ void adam_step_capturable_f32(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, float* __restrict__ max_exp_avg_sq, int n, int amsgrad, int decoupled, float weight_decay, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2, float eps, double beta1_d, double beta2_d, double weight_decay_d, const double* __restrict__ lr, const int* __restrict__ step)
+{
+    optim_kernels::adam_step_capturable<float>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, amsgrad, decoupled, weight_decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, beta1_d, beta2_d, weight_decay_d, lr, step);
+}
+
+extern "C" __global__ void adam_step_capturable_f64(double* __restrict__ param, const double* __restrict__ grad, double* __restrict__ exp_avg, double* __restrict__ exp_avg_sq, double* __restrict__ max_exp_avg_sq, int n, int amsgrad, int decoupled, double weight_decay, double beta1, double one_minus_beta1, double beta2, double one_minus_beta2, double eps, double beta1_d, double beta2_d, double weight_decay_d, const double* __restrict__ lr, const int* __restrict__ step)
+{
+    optim_kernels::adam_step_capturable<double>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, amsgrad, decoupled, weight_decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, beta1_d, beta2_d, weight_decay_d, lr, step);
+}
 
 extern "C" __global__ void adam_step_f32(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, float* __restrict__ max_exp_avg_sq, int n, int amsgrad, int decoupled, float weight_decay, float decay_factor, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2, float bias_correction2_sqrt, float step_size, float eps)
 {

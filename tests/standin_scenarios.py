@@ -190,8 +190,147 @@ def nccl_runs_when_waited_for(_):
     print("ok")
 
 
+def capture_follows_cuda_rules(_):
+    """Stream capture on the stand-in: what CuPy refuses inside a capture is refused, captured work
+    leaves no trace until the graph is launched, a launch re-runs it on the current contents of its
+    buffers, and a buffer freed after the capture is caught at the next launch."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    a = cupy.arange(4, dtype=cupy.float32)
+    with stream:
+        for refused, error in ((lambda: a.get(), RuntimeError), (lambda: float(a[0]), RuntimeError),
+                               (lambda: cupy.asarray(np.ones(2)), RuntimeError),
+                               (lambda: cupy.matmul(a[None], a[:, None]), NotImplementedError),
+                               (lambda: cupy.einsum("i,i->", a, a), NotImplementedError),
+                               (lambda: cupy.random.default_rng(0).random(3), NotImplementedError)):
+            stream.begin_capture()
+            expect(error, refused, "a host transfer, cuBLAS or cuRAND call in a capture")
+            stream.end_capture()
+        stream.begin_capture()
+        expect(cupy.cuda.runtime.CUDARuntimeError, stream.synchronize, "a synchronize in a capture")
+        expect(cupy.cuda.runtime.CUDARuntimeError, stream.end_capture, "a capture invalidated by a synchronize")
+        stream.begin_capture()
+        a *= 2
+        b = a + 1
+        graph = stream.end_capture()
+    assert a.get().tolist() == [0, 1, 2, 3] and np.isnan(b.get()).all()  # nothing ran yet
+    graph.launch(stream)
+    graph.launch(stream)
+    assert a.get().tolist() == [0, 4, 8, 12] and b.get().tolist() == [1, 5, 9, 13]
+    with stream:
+        stream.begin_capture()
+        c = (a * 3).sum()
+        graph = stream.end_capture()
+    del c
+    expect(cupy.cuda.GraphReplayError, lambda: graph.launch(stream), "a graph replaying into a freed buffer")
+    print("ok")
+
+
+def captured_training_equals_eager(_):
+    """Twenty CapsNet steps captured as a CUDA graph equal twenty eager steps (losses and weights to
+    1e-6), with capturable Adam whose learning rate changes between replays; the step's GEMMs go
+    through kernels.gemm, its capsule ops through the RawKernels, its backward is the tape's."""
+    import cupy
+    from tinygrad_caps.cuda_graphs import CaptureError, CapturedStep
+    from tinygrad_caps.models import CapsNet, capsule_loss
+
+    rng = np.random.default_rng(0)
+    batches = [(rng.random((4, 1, 10, 10), dtype=np.float32), rng.integers(0, 3, 4)) for _ in range(5)]
+
+    def run(captured, capturable, steps=20):
+        tc.manual_seed(0)
+        model = CapsNet(in_channels=1, image_size=10, num_classes=3, **TINY_MODEL).to(device="cuda")
+        optimizer = tc.optim.Adam(model.parameters(), lr=1e-2, capturable=capturable)
+        x = tc.zeros((4, 1, 10, 10), device="cuda")
+        y = tc.zeros((4,), dtype=np.int64, device="cuda")
+        losses = cupy.zeros(steps, dtype=cupy.float64)
+        index = cupy.zeros(1, dtype=cupy.int64)
+
+        def step():
+            _, lengths, reconstruction = model(x, y.data)[:3]
+            loss = capsule_loss(lengths, reconstruction, x, y.data)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses[index] = loss.data  # recorded on the device: a replay writes its own loss
+            index[...] += 1
+
+        runner = CapturedStep(step, [x, y], warmup=2) if captured else None
+        for k in range(steps):
+            if k == 12:
+                optimizer.lr = 3e-3  # a replay must follow the change
+            images, labels = batches[k % len(batches)]
+            if runner is not None:
+                runner(images, labels)
+            else:
+                x.data[...] = cupy.asarray(images)
+                y.data[...] = cupy.asarray(labels)
+                step()
+        if runner is not None:
+            assert runner.captured and runner.graph.node_count > 50
+            runner.synchronize()
+        return losses.get(), {k: tc.backend.to_numpy(v) for k, v in model.state_dict().items()}, optimizer.state_dict()
+
+    eager_losses, eager_weights, eager_state = run(False, False)
+    for captured, capturable in ((False, True), (True, True)):
+        losses, weights, state = run(captured, capturable)
+        np.testing.assert_allclose(losses, eager_losses, rtol=1e-6)
+        for name in eager_weights:
+            np.testing.assert_allclose(weights[name], eager_weights[name], rtol=1e-6, atol=1e-7, err_msg=name)
+        assert [s["step"] for s in state["state"].values()] == [s["step"] for s in eager_state["state"].values()]
+    # the optimizer's host arithmetic cannot be captured: the error names what failed
+    tc.manual_seed(0)
+    model = CapsNet(in_channels=1, image_size=10, num_classes=3, **TINY_MODEL).to(device="cuda")
+    optimizer = tc.optim.Adam(model.parameters(), lr=1e-2)
+    x = tc.zeros((4, 1, 10, 10), device="cuda")
+
+    def host_reading_step():
+        loss = model(x)[1].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        float(loss.data)
+
+    runner = CapturedStep(host_reading_step, [x], warmup=1)
+    runner(batches[0][0])
+    expect(CaptureError, lambda: runner(batches[1][0]), "a step that reads a GPU value on the host")
+    print("ok")
+
+
+def gemm_layouts_and_precision(_):
+    """kernels.gemm on every operand layout the engine passes (C-contiguous, transposed views,
+    strided slices, batched), against NumPy; "high" rounds float32 operands to TF32."""
+    import cupy
+    from tinygrad_caps.kernels import gemm
+
+    rng = np.random.default_rng(0)
+    a_host, b_host = rng.standard_normal((7, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    a, b = cupy.asarray(a_host), cupy.asarray(b_host)
+    cases = [(a, b, a_host @ b_host), (cupy.asarray(a_host.T.copy()).T, b, a_host @ b_host),
+             (a, cupy.asarray(b_host.T.copy()).T, a_host @ b_host),
+             (cupy.asarray(np.ascontiguousarray(a_host[:, ::-1])), b[::-1], a_host[:, ::-1] @ b_host[::-1]),
+             (a[::2], b, a_host[::2] @ b_host)]
+    batch_a, batch_b = rng.standard_normal((4, 3, 5)), rng.standard_normal((4, 5, 2))
+    cases.append((cupy.asarray(batch_a), cupy.asarray(batch_b).swapaxes(1, 2).copy().swapaxes(1, 2), batch_a @ batch_b))
+    for x, y, want in cases:
+        np.testing.assert_allclose(gemm.matmul(x, y).get(), want, rtol=1e-5, atol=1e-5)
+    out = cupy.empty((7, 3), dtype=cupy.float32)
+    assert gemm.matmul(a, b, out=out) is out
+    gemm.set_precision("high")
+    try:
+        rounded = gemm.matmul(a, b).get()
+    finally:
+        gemm.set_precision("highest")
+    assert not np.array_equal(rounded, gemm.matmul(a, b).get())
+    np.testing.assert_allclose(rounded, a_host @ b_host, rtol=1e-2, atol=1e-2)
+    expect(ValueError, lambda: gemm.matmul(a, a), "a product whose inner sizes differ")
+    print("ok")
+
+
 SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, tensor_api_on_the_second_gpu,
-                                     train_on_the_second_gpu, nccl_one_rank, nccl_runs_when_waited_for)}
+                                     train_on_the_second_gpu, nccl_one_rank, nccl_runs_when_waited_for,
+                                     capture_follows_cuda_rules, captured_training_equals_eager,
+                                     gemm_layouts_and_precision)}
 
 if __name__ == "__main__":  # NAME[,NAME...] [DIR]
     for name in sys.argv[1].split(","):

@@ -143,7 +143,9 @@ def test_im2col_and_col2im_kernels_equal_numpy(emulator, case, dtype, batch_last
     col = conv.im2col(x, kernel, stride, padding, batch_last, emulator, threads=32)
     np.testing.assert_array_equal(col, reference_im2col(x, kernel, stride, padding, batch_last))
     np.testing.assert_array_equal(conv.im2col(x, kernel, stride, padding, batch_last, emulator, 32, index_bits=64), col)
-    assert emulator.launches[-2][0].startswith("im2col_i32_") and not emulator.launches[-1][0].startswith("im2col_i32_")
+    first = "im2col_i32_" if batch_last else "im2col_rows_"  # (n, oy, ox) columns: one grid row per col row
+    assert emulator.launches[-2][0].startswith(first) and not emulator.launches[-1][0].startswith("im2col_i32_")
+    np.testing.assert_array_equal(conv.im2col(x, kernel, stride, padding, batch_last, emulator, 32, by_rows=False), col)
     r = rng.standard_normal(col.shape).astype(dtype)
     back = conv.col2im(r, shape, kernel, stride, padding, batch_last, emulator, threads=32)
     np.testing.assert_array_equal(conv.col2im(r, shape, kernel, stride, padding, batch_last, emulator, 32, 64), back)

@@ -17,6 +17,7 @@ from . import distributed  # noqa: E402  (imports neither mpi4py nor CuPy)
 from .autograd_functional import hessian, hvp, jacobian, jvp, vjp  # noqa: E402
 from .profiler import profile  # noqa: E402
 from .serialization import load, save
+from .ops.linalg import get_matmul_precision, set_matmul_precision  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "full",
     "functional",
     "get_default_dtype",
+    "get_matmul_precision",
     "gpu_available",
     "grad",
     "gradcheck",
@@ -60,6 +62,7 @@ __all__ = [
     "save",
     "set_default_dtype",
     "set_grad_enabled",
+    "set_matmul_precision",
     "tensor",
     "tune_allocator",
     "vjp",

@@ -19,7 +19,7 @@ from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 from ._common import Bilinear
 from .._parallel import over_slices
-from .linalg import matmul
+from .linalg import array_matmul, matmul
 from .shape import reshape, transpose
 
 
@@ -200,7 +200,7 @@ class Conv2d(Bilinear):
         oh, ow = conv_output_size(x.shape[2], kh, sh, ph), conv_output_size(x.shape[3], kw, sw, pw)
         xp = array_module(x)
         col = im2col_array(x, self.kernel, self.stride, self.padding)
-        y = xp.matmul(w.reshape(o, -1), col)
+        y = array_matmul(w.reshape(o, -1), col)
         grid = (o, oh, ow, n) if batch_last(n, xp) else (o, n, oh, ow)
         return y.reshape(grid).transpose(from_channels_first_axes(n, xp))
 

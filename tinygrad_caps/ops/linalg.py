@@ -1,19 +1,46 @@
-"""Matrix products: matmul (batched, broadcasting) and linear."""
+"""Matrix products: matmul (batched, broadcasting) and linear, and the precision of GPU products."""
 from __future__ import annotations
+
+import numpy as np
 
 from ..autograd import Function
 from ..backend import array_module
 from ..errors import ShapeError
+from ..kernels import gemm
 from ..tensor import Tensor, as_tensor
 from ._common import Bilinear, operands, sum_to
 from .shape import reshape, swapaxes, transpose
+
+
+def set_matmul_precision(precision: str) -> None:
+    """How GPU matrix products (``matmul``, ``linear``, convolutions) compute in float32:
+    "highest" (the default) in float32; "high" with TF32 tensor cores (float32 accumulation,
+    10-bit mantissa inputs), PyTorch's default for cuDNN convolutions on Ampere and Hopper. The
+    CPU always computes in the operands' dtype; float64 is never affected."""
+    gemm.set_precision(precision)
+
+
+def get_matmul_precision() -> str:
+    """"highest" or "high": what ``set_matmul_precision`` chose."""
+    return gemm.get_precision()
+
+
+def array_matmul(a, b):
+    """``a @ b`` of raw arrays: NumPy's on the CPU; on the GPU cuBLAS through ``kernels.gemm`` (which
+    a CUDA graph can capture, and which follows the matmul precision), or CuPy's for the shapes it
+    does not take (broadcast batches, integer dtypes)."""
+    if type(a) is np.ndarray:
+        return np.matmul(a, b)
+    if gemm.supports(a, b):
+        return gemm.matmul(a, b)
+    return array_module(a).matmul(a, b)
 
 
 class MatMul(Bilinear):
     """a @ b for a, b with at least 2 dimensions; leading axes broadcast."""
 
     def forward(self, a, b):
-        return array_module(a).matmul(a, b)
+        return array_matmul(a, b)
 
     def backward(self, gy):
         a, b = self.inputs

@@ -49,7 +49,10 @@ def binary_cross_entropy(input, target, reduction: str = "mean") -> Tensor:
 
 
 def one_hot(labels, num_classes: int, dtype=np.float32) -> Tensor:
-    """Integer labels of shape S -> a (S..., num_classes) tensor of 0/1 (not differentiable)."""
+    """Integer labels of shape S -> a (S..., num_classes) tensor of 0/1 (not differentiable).
+    Labels outside [0, num_classes) are a ValueError, except while a CUDA graph is captured."""
+    from ..cuda_graphs import capturing
+
     data = labels.data if isinstance(labels, Tensor) else labels
     if not hasattr(data, "dtype"):
         data = np.asarray(data)
@@ -57,7 +60,7 @@ def one_hot(labels, num_classes: int, dtype=np.float32) -> Tensor:
         raise ValueError(f"one_hot: labels must be integers, got {data.dtype}")
     xp = array_module(data)
     with on_device_of(data):  # CuPy computes on the current GPU
-        if data.size:
+        if data.size and not capturing(data):  # (a graph's labels are checked where they are loaded)
             low, high = int(data.min()), int(data.max())
             if low < 0 or high >= num_classes:
                 raise ValueError(f"one_hot: labels must lie in [0, {num_classes}), got range [{low}, {high}]")

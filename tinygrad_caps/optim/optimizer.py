@@ -138,16 +138,103 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (Kingma & Ba) with bias correction, exactly PyTorch's update; optional AMSGrad, L2 decay."""
+    """Adam (Kingma & Ba) with bias correction, exactly PyTorch's update; optional AMSGrad, L2 decay.
+
+    ``capturable=True`` (PyTorch's name) keeps the learning rate and every parameter's step count
+    on the parameters' device, so that a CUDA graph that captured ``step()`` advances the bias
+    corrections at each replay and follows ``lr`` changes made between replays (a scheduler's);
+    it needs the fused update kernel (parameters on one GPU, or NumPy arrays inside
+    ``kernels.launch.run_numpy_arrays_with``). ``state_dict()`` reads the counts back.
+    """
 
     hyperparameters = ("lr", "betas", "eps", "weight_decay", "amsgrad")
     decoupled_decay = False
     chunk = 1 << 18  # elements per piece of a NumPy update: 1 MB an array in float32
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
+                 capturable=False):
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError(f"{type(self).__name__}: betas must lie in [0, 1), got {betas}")
+        self.capturable = bool(capturable)
+        self._device_lr = self._device_steps = None
         super().__init__(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+
+    @property
+    def lr(self):
+        return self._lr
+
+    @lr.setter
+    def lr(self, value):
+        self._lr = value
+        if self._device_lr is not None:  # a replayed graph reads the rate from here
+            self._device_lr.fill(float(value))
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient (see the class docstring for ``capturable``)."""
+        if not self.capturable:
+            return super().step()
+        stepped = [k for k, p in enumerate(self.params) if p.grad is not None]
+        if not stepped:
+            return
+        runner = self._capturable_runner()
+        lr, steps = self._device_counters()
+        for k in stepped:
+            p, state = self.params[k], self.state[k]
+            with backend.on_device_of(p.data):
+                xp = backend.array_module(p.data)
+                if "exp_avg" not in state:
+                    state["exp_avg"], state["exp_avg_sq"] = xp.zeros_like(p.data), xp.zeros_like(p.data)
+                    if self.amsgrad:
+                        state["max_exp_avg_sq"] = xp.zeros_like(p.data)
+                optim_kernels.adam_step_capturable(
+                    p.data, xp.ascontiguousarray(p.grad.data), state["exp_avg"], state["exp_avg_sq"],
+                    state.get("max_exp_avg_sq"), steps[k:k + 1], lr, self.betas, self.eps, self.weight_decay,
+                    self.decoupled_decay, runner=runner)
+            p._bump_version()
+        with backend.on_device_of(steps):
+            if len(stepped) == len(self.params):
+                optim_kernels.increment_counts(steps, runner=runner)
+            else:
+                for k in stepped:
+                    optim_kernels.increment_counts(steps[k:k + 1], runner=runner)
+
+    def _capturable_runner(self):
+        first = self.params[0].data
+        runner = kernel_launch.kernel_runner_for(first)
+        devices = {backend.device_of(p.data) for p in self.params}
+        if runner is None or len(devices) != 1 or not kernel_launch.has_kernels_for(first.dtype) or \
+                any(p.dtype != first.dtype for p in self.params):
+            raise ValueError(f"{type(self).__name__}(capturable=True) needs parameters of one float dtype on one GPU "
+                             f"with the fused kernel, got {sorted(map(str, devices))}")
+        return runner
+
+    def _device_counters(self):
+        """The learning rate and the per-parameter step counts on the parameters' device (made from
+        the host values at the first capturable step and after ``load_state_dict``)."""
+        if self._device_steps is None:
+            first = self.params[0].data
+            xp = backend.array_module(first)
+            with backend.on_device_of(first):
+                self._device_steps = xp.asarray(np.array([s.get("step", 0) for s in self.state], dtype=np.int32))
+                self._device_lr = xp.asarray(np.array([float(self._lr)], dtype=np.float64))
+        return self._device_lr, self._device_steps
+
+    def state_dict(self) -> dict:
+        if self._device_steps is not None:  # the counts a replayed graph advanced live on the device
+            for state, count in zip(self.state, backend.to_numpy(self._device_steps).tolist()):
+                if count:
+                    state["step"] = int(count)
+        return super().state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self._device_steps is not None:
+            lr, steps = self._device_lr, self._device_steps
+            self._device_lr = self._device_steps = None
+            new_lr, new_steps = self._device_counters()
+            lr[...] = new_lr  # the same arrays, which a captured graph may read
+            steps[...] = new_steps
+            self._device_lr, self._device_steps = lr, steps
 
     def update(self, param, grad, state):
         xp = backend.array_module(param)
@@ -225,5 +312,7 @@ class AdamW(Adam):
 
     decoupled_decay = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
+                 capturable=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         capturable=capturable)

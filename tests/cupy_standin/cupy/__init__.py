@@ -21,7 +21,19 @@ without a GPU to tell it:
 - ``cupy.cuda``: devices, streams, events (timed on the host), ``MemoryHook`` with malloc/free
   callbacks for every new array, the default memory pool's ``used_bytes``; ``cupy.cuda.nccl``:
   one rank, or one per ``mpirun`` process through MPI, its collectives on a side stream deferred
-  until something waits for them.
+  until something waits for them;
+- stream capture (``Stream.begin_capture``/``end_capture``, ``Graph.launch``): work issued while
+  the current stream captures is recorded, and, as on a GPU, has no effect until the graph is
+  launched (it runs at once, so that results have shapes, and ``end_capture`` puts back every
+  buffer that existed before and fills those made during the capture with NaN or -1); a launch
+  re-runs every recorded step on the same buffers with the same scalars. What CuPy refuses in a capture is
+  refused here with CuPy's errors: host transfers both ways, synchronization (which invalidates
+  the capture), cuBLAS (``matmul``, ``dot``, ``einsum``...) and cuRAND (``cupy.random``). The graph
+  holds no buffer alive, as on a GPU: a launch that finds a buffer it recorded freed (CuPy's pool
+  would have handed it to another array) raises instead of silently corrupting; memory from an
+  allocator set with ``cupy.cuda.set_allocator`` lives as long as the returned ``MemoryPointer``;
+- ``cupy.cuda.standin_cublas``: what ``tinygrad_caps.kernels.gemm`` calls instead of cuBLAS
+  through ctypes (allowed in a capture, as cuBLAS is).
 
 It is not CuPy: everything else runs synchronously on the host, nothing is measured, dtype rules are
 NumPy's. It exists to run the code that only a GPU runs before a GPU runs it. Test use only.
@@ -29,6 +41,7 @@ NumPy's. It exists to run the code that only a GPU runs before a GPU runs it. Te
 from __future__ import annotations
 
 import numbers
+import operator
 import os
 import threading
 import types
@@ -47,6 +60,7 @@ _VIEWS = frozenset({"reshape", "transpose", "swapaxes", "squeeze", "expand_dims"
                     "view", "as_strided", "shape", "ndim", "size", "result_type", "can_cast", "iscomplexobj", "isrealobj",
                     "may_share_memory", "shares_memory", "get", "item", "tolist", "tobytes", "__array_namespace__"})
 _HOST_INPUT = frozenset({"array", "asarray", "asanyarray"})  # the only functions that take host data
+_HOST_VIEWS = frozenset({"get", "item", "tolist", "tobytes"})  # copies to the host, never recorded
 
 
 def _current_device() -> int:
@@ -69,11 +83,10 @@ def _require_on(array, device):
                          f"device ({device}). Peer access is unavailable between these devices.")
 
 
-def _view_device(result, device):
+def _view_device(result, device, inputs=()):
     """Where a view function's ``result`` lives: with its input (``device``), unless it had to copy
     (a reshape of a strided array), which CuPy does onto the current GPU."""
-    copied = isinstance(result, numpy.ndarray) and result.base is None and result.size
-    return _current_device() if copied else device
+    return _current_device() if _view_copied(result, inputs) else device
 
 
 def _unwrap(value, device, name):
@@ -112,7 +125,7 @@ def _wrap(result, device):
     if isinstance(result, numpy.generic):
         return ndarray._from_numpy(numpy.asarray(result), device)
     if isinstance(result, (numpy.random.Generator, numpy.random.RandomState)):
-        return _Namespace(result)  # its draws are arrays on the current device
+        return _Namespace(result, "cuRAND")  # its draws are arrays on the current device
     if isinstance(result, (list, tuple)) and any(isinstance(r, (numpy.ndarray, numpy.generic)) for r in result):
         return type(result)(_wrap(r, device) for r in result)
     return result
@@ -133,21 +146,80 @@ def _call(function, name, args, kwargs):
     """Run NumPy's ``function`` the way CuPy runs its own: on the current device, every array there."""
     if name in _VIEWS:
         device = _array_device(list(args) + list(kwargs.values()), _current_device())
-        result = function(*_unwrap(args, None, name), **{k: _unwrap(v, None, name) for k, v in kwargs.items()})
-        return _wrap(result, _view_device(result, device))
+        args, kwargs = _unwrap(args, None, name), {k: _unwrap(v, None, name) for k, v in kwargs.items()}
+        result = function(*args, **kwargs)
+        if _view_copied(result, (args, kwargs)):
+            _record(function, args, kwargs, result)
+        return _wrap(result, _view_device(result, device, (args, kwargs)))
+    _refuse_library_in_capture(name)
     device = _current_device()
     out = kwargs.get("out")
     args = _unwrap(args, device, name)
     kwargs = {k: _unwrap(v, device, name) for k, v in kwargs.items()}
-    result = function(*args, **kwargs)
+    result = _as_array(function(*args, **kwargs))
+    _record(function, args, kwargs, result if out is None else None)
     if out is not None:  # the caller's arrays, written in place
         return out[0] if isinstance(out, tuple) and len(out) == 1 else out
     return _wrap(result, device)
 
 
+# ----- stream capture: what runs while the current stream captures is recorded for replay -----
+# Functions CuPy runs through cuBLAS (or cuSOLVER), which it refuses while a stream captures.
+_CUBLAS = frozenset({"matmul", "dot", "tensordot", "einsum", "inner", "vdot", "solve", "inv", "svd", "qr", "cholesky",
+                     "eigh", "lstsq", "det", "slogdet", "pinv"})
+
+
+def _capture():
+    """The capture the current stream records into, or None."""
+    stream = getattr(_local, "stream", None)
+    return getattr(stream, "_capture", None)
+
+
+def _refuse_library_in_capture(name, library=None):
+    if _capture() is None:
+        return
+    library = library or ("cuBLAS" if name.split(".")[0] in _CUBLAS else None)
+    if library is not None:
+        raise NotImplementedError(f"calling {library} API during stream capture is currently unsupported")
+
+
+def _refuse_transfer(direction: str) -> None:
+    """CuPy's error for a host transfer (``"H2D"`` or ``"D2H"``) while the current stream captures."""
+    if _capture() is not None:
+        raise RuntimeError(f"the current stream is capturing, so {direction} transfers are disallowed")
+
+
+def _view_copied(result, inputs) -> bool:
+    """Whether a view function copied: its result shares no memory with any array among ``inputs``
+    (NumPy's reshape of a strided array returns a view of a fresh copy, so ``base`` cannot tell)."""
+    if not isinstance(result, numpy.ndarray) or not result.size:
+        return False
+    arrays = [a for a in _flatten(inputs) if isinstance(a, numpy.ndarray)]
+    return not any(numpy.may_share_memory(result, a) for a in arrays)
+
+
+def _flatten(values):
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            yield from _flatten(v)
+        elif isinstance(v, dict):
+            yield from _flatten(v.values())
+        else:
+            yield v
+
+
+def _record(function, args, kwargs, result=None):
+    """Record ``function(*args, **kwargs)`` (NumPy data) in the current capture, if any: a replay
+    calls it again on the same buffers and writes what it returns into ``result``'s buffer."""
+    capture = _capture()
+    if capture is not None:
+        capture.record(function, args, kwargs, result)
+
+
 # ----- memory accounting: every new array is one pool allocation -----
 _pool_lock = threading.Lock()
 _live = {}  # id(numpy array) -> (device, size)
+_owners = weakref.WeakValueDictionary()  # id(numpy array) -> the array, for every live allocation
 _allocations = {}  # data pointer -> (device, bytes): what a raw pointer (NCCL's arguments) points into
 
 
@@ -156,16 +228,21 @@ def _pool_size(nbytes: int) -> int:
 
 
 def _track(array: numpy.ndarray, device: int) -> None:
-    if array.base is not None or id(array) in _live:
+    """Count a new array's memory as one pool allocation (a view's: its owner's, if not counted yet)."""
+    while isinstance(array.base, numpy.ndarray):
+        array = array.base
+    if id(array) in _live or array.base is not None:
         return
     size = _pool_size(array.nbytes)
     key = id(array)
     pointer = array.ctypes.data
     with _pool_lock:
         _live[key] = (device, size)
+        _owners[key] = array
         _allocations[pointer] = (device, array.nbytes)
-    from .cuda import _memory_event
+    from .cuda import _allocated, _memory_event
 
+    _allocated(array, size)
     _memory_event("malloc", device, size, pointer)
 
     def free():
@@ -236,6 +313,7 @@ class ndarray(NDArrayOperatorsMixin):
     # ----- host transfers -----
     def get(self, stream=None, order="C", out=None, blocking=True):
         """A NumPy copy of the data (from any device)."""
+        _refuse_transfer("D2H")
         if out is not None:
             out[...] = self._a
             return out
@@ -244,24 +322,31 @@ class ndarray(NDArrayOperatorsMixin):
     def set(self, array, stream=None):
         if not isinstance(array, numpy.ndarray):
             raise TypeError(f"set takes a numpy.ndarray, got {type(array)}")
+        _refuse_transfer("H2D")
         self._a[...] = array
 
     def item(self, *args):
+        _refuse_transfer("D2H")
         return self._a.item(*args)
 
     def tolist(self):
+        _refuse_transfer("D2H")
         return self._a.tolist()
 
     def __float__(self):
+        _refuse_transfer("D2H")
         return float(self._a)
 
     def __int__(self):
+        _refuse_transfer("D2H")
         return int(self._a)
 
     def __complex__(self):
+        _refuse_transfer("D2H")
         return complex(self._a)
 
     def __bool__(self):
+        _refuse_transfer("D2H")
         return bool(self._a)
 
     def __len__(self):
@@ -296,7 +381,11 @@ class ndarray(NDArrayOperatorsMixin):
         device = self._device if basic else _current_device()
         if not basic:  # advanced indexing runs a kernel
             _require_on(self, device)
-        return _wrap(self._a[_unwrap_key(key, device)], self._device)
+        unwrapped = _unwrap_key(key, device)
+        result = self._a[unwrapped]
+        if not basic:
+            _record(operator.getitem, (self._a, unwrapped), {}, result)
+        return _wrap(result, self._device)
 
     def __setitem__(self, key, value):
         device = _current_device()
@@ -307,7 +396,9 @@ class ndarray(NDArrayOperatorsMixin):
         elif isinstance(value, numpy.ndarray) and value.ndim and _is_basic_key(key):
             # CuPy sends a basic-index assignment of a non-array value to fill(), which refuses it
             raise ValueError("non-scalar numpy.ndarray cannot be used for fill")
-        self._a[_unwrap_key(key, device)] = value
+        unwrapped = _unwrap_key(key, device)
+        self._a[unwrapped] = value
+        _record(operator.setitem, (self._a, unwrapped, value), {})
 
     # ----- everything else: NumPy's method, run as CuPy runs it -----
     def astype(self, dtype, order="K", casting=None, subok=None, copy=True):
@@ -317,7 +408,9 @@ class ndarray(NDArrayOperatorsMixin):
 
     def copy(self, order="C"):
         # CuPy copies onto the current device
-        return _wrap(numpy.array(self._a, order=order, copy=True), _current_device())
+        result = numpy.array(self._a, order=order, copy=True)
+        _record(numpy.array, (self._a,), {"order": order, "copy": True}, result)
+        return _wrap(result, _current_device())
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -331,16 +424,33 @@ class ndarray(NDArrayOperatorsMixin):
         """``cupyx.scatter_add``: ``self[slices] += value`` with repeated indices accumulated."""
         device = _current_device()
         _require_on(self, device)
-        numpy.add.at(self._a, _unwrap_key(slices, device), _unwrap(value, device, "scatter_add"))
+        args = (self._a, _unwrap_key(slices, device), _unwrap(value, device, "scatter_add"))
+        numpy.add.at(*args)
+        _record(numpy.add.at, args, {})
 
 
 def _method(array, bound, name, args, kwargs):
     if name in _VIEWS:
-        result = bound(*_unwrap(args, None, name), **{k: _unwrap(v, None, name) for k, v in kwargs.items()})
-        return _wrap(result, _view_device(result, array._device))
+        if name in _HOST_VIEWS:
+            _refuse_transfer("D2H")
+        args, kwargs = _unwrap(args, None, name), {k: _unwrap(v, None, name) for k, v in kwargs.items()}
+        result = bound(*args, **kwargs)
+        inputs = (array._a, args, kwargs)
+        if _view_copied(result, inputs) and name not in _HOST_VIEWS:
+            _record(bound, args, kwargs, result)
+        return _wrap(result, _view_device(result, array._device, inputs))
     _require_on(array, _current_device())
-    result = bound(*_unwrap(args, array._device, name), **{k: _unwrap(v, array._device, name) for k, v in kwargs.items()})
+    _refuse_library_in_capture(name)
+    args = _unwrap(args, array._device, name)
+    kwargs = {k: _unwrap(v, array._device, name) for k, v in kwargs.items()}
+    result = _as_array(bound(*args, **kwargs))
+    _record(bound, args, kwargs, result)
     return _wrap(result, array._device)
+
+
+def _as_array(result):
+    """A NumPy scalar result as the 0-d array CuPy returns (a replay writes into it)."""
+    return numpy.asarray(result) if isinstance(result, numpy.generic) else result
 
 
 def _rebuild(host, device):
@@ -357,7 +467,11 @@ def array(obj, dtype=None, copy=True, order="K", ndmin=0):
     if isinstance(obj, ndarray):
         if not copy and obj._device == device and (dtype is None or numpy.dtype(dtype) == obj.dtype):
             return obj
-        return _wrap(numpy.array(obj._a, dtype=dtype, copy=True, order=order, ndmin=ndmin), device)
+        kwargs = dict(dtype=dtype, copy=True, order=order, ndmin=ndmin)
+        result = numpy.array(obj._a, **kwargs)
+        _record(numpy.array, (obj._a,), kwargs, result)
+        return _wrap(result, device)
+    _refuse_transfer("H2D")
     if isinstance(obj, (list, tuple)) and any(isinstance(o, ndarray) for o in obj):
         obj = [o.get() if isinstance(o, ndarray) else o for o in obj]
     return _wrap(numpy.array(obj, dtype=dtype, copy=True, order=order, ndmin=ndmin), device)
@@ -400,25 +514,32 @@ class ufunc:
 
 
 class _Namespace:
-    """A NumPy submodule (``linalg``, ``random``, ``lib.stride_tricks``...) whose functions return stand-in arrays."""
+    """A NumPy submodule (``linalg``, ``random``, ``lib.stride_tricks``...) whose functions return
+    stand-in arrays; ``library`` names the CUDA library that CuPy runs its functions through when
+    that one refuses a stream capture (cuRAND for ``random``)."""
 
-    def __init__(self, module):
-        self._module = module
+    def __init__(self, module, library=None):
+        self._module, self._library = module, library
 
     def __getattr__(self, name):
-        return _translate(getattr(self._module, name), name)
+        return _translate(getattr(self._module, name), name, self._library)
 
 
-def _translate(attribute, name):
+def _translate(attribute, name, library=None):
     if isinstance(attribute, types.ModuleType):
-        return _Namespace(attribute)
+        return _Namespace(attribute, "cuRAND" if attribute is numpy.random else library)
     if isinstance(attribute, numpy.ufunc):
         return ufunc(attribute)
     if isinstance(attribute, type) or not callable(attribute):
         return attribute  # dtypes, constants, numpy.dtype itself
     if name in _HOST_INPUT:
         return globals()[name]
-    return lambda *args, **kwargs: _call(attribute, name, args, kwargs)
+
+    def run(*args, **kwargs):
+        _refuse_library_in_capture(name, library)
+        return _call(attribute, name, args, kwargs)
+
+    return run
 
 
 def __getattr__(name):

@@ -1,4 +1,5 @@
-"""``cupy.cuda`` of the CPU stand-in: devices, streams, events, memory hooks and RawModule."""
+"""``cupy.cuda`` of the CPU stand-in: devices, streams (with capture into graphs), events, memory
+hooks and allocators, RawModule, and cuBLAS's matrix product for ``tinygrad_caps.kernels.gemm``."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ import weakref
 
 import numpy
 
-from .. import DEVICE_COUNT, _current_device, _local, ndarray
+from .. import DEVICE_COUNT, _capture, _current_device, _local, _owners, _pool_lock, ndarray
 from . import compiler, nvrtc, runtime  # noqa: F401
 
 
@@ -35,6 +36,7 @@ class Device:
         for stream in list(_streams.values()):
             if stream.device_id == self.id:
                 stream.synchronize()
+        _refuse_sync_in_capture()
 
     def __enter__(self):
         self._previous.append(_current_device())
@@ -68,6 +70,7 @@ class Stream:
         self.ptr = 0 if null else id(self)
         self.device_id = _current_device()
         self._previous = []
+        self._capture = None  # a _Capture while this stream captures
         self._pending = []   # deferred work, in order
         self._enqueued = 0   # work ever enqueued (an event records this count)
         self._finished = 0
@@ -93,7 +96,32 @@ class Stream:
         return self
 
     def synchronize(self):
+        if self._capture is not None:
+            self._capture.invalidate("the stream was synchronized")
+            raise runtime.CUDARuntimeError("cudaErrorStreamCaptureUnsupported: operation not permitted when stream "
+                                           "is capturing")
         self._run_until(self._enqueued)
+
+    def begin_capture(self, mode=None):
+        """Record the work issued while this stream is current into a graph (``end_capture``)."""
+        if self.ptr == 0:
+            raise runtime.CUDARuntimeError("cudaErrorStreamCaptureUnsupported: the legacy null stream cannot capture")
+        if self._capture is not None:
+            raise runtime.CUDARuntimeError("cudaErrorIllegalState: the stream is capturing already")
+        self._capture = _Capture(self.device_id)
+
+    def is_capturing(self) -> bool:
+        return self._capture is not None
+
+    def end_capture(self):
+        """The graph of what was recorded since ``begin_capture`` (CUDARuntimeError if the capture was invalidated)."""
+        capture, self._capture = self._capture, None
+        if capture is None:
+            raise runtime.CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        capture.undo()
+        if capture.invalid is not None:
+            raise runtime.CUDARuntimeError(f"cudaErrorStreamCaptureInvalidated: {capture.invalid}")
+        return Graph(capture.nodes, self.device_id)
 
     def wait_event(self, event):
         if not isinstance(event, Event):
@@ -152,6 +180,10 @@ class Event:
             self._stream._run_until(self._count)
 
     def synchronize(self):
+        if self._stream is not None and self._stream._capture is not None:
+            self._stream._capture.invalidate("an event of the capturing stream was synchronized")
+            raise runtime.CUDARuntimeError("cudaErrorStreamCaptureUnsupported: operation not permitted when stream "
+                                           "is capturing")
         self._complete()
 
     @property
@@ -168,8 +200,179 @@ def get_elapsed_time(start: Event, end: Event) -> float:
 
 
 class MemoryPointer:
+    """A pointer into device memory; one returned by an allocator holds its array's memory alive."""
+
     def __init__(self, ptr, device_id):
         self.ptr, self.device_id = ptr, device_id
+        self._held = None
+
+    def _hold(self, array):
+        self._held, self.ptr = array, array.ctypes.data
+
+
+# ----- stream capture -----
+class GraphReplayError(runtime.CUDARuntimeError):
+    """A graph launch found a buffer it recorded freed: on a GPU the pool would have handed that
+    memory to another array, and the launch would read or overwrite it."""
+
+
+def _refuse_sync_in_capture():
+    capture = _capture()
+    if capture is not None:
+        capture.invalidate("the device was synchronized")
+        raise runtime.CUDARuntimeError("cudaErrorStreamCaptureUnsupported: operation not permitted when stream is "
+                                       "capturing")
+
+
+class _BufferRef:
+    """A recorded operand: which allocation (held weakly, as a graph holds no memory) and which
+    view of it; a scalar or index is recorded by value."""
+
+    def __init__(self, array):
+        owner = array
+        while isinstance(owner.base, numpy.ndarray):
+            owner = owner.base
+        self.owner = weakref.ref(owner)
+        self.whole = array is owner
+        self.view = (array.shape, array.dtype, array.ctypes.data - owner.ctypes.data, array.strides)
+        self.nbytes = owner.nbytes
+
+    def resolve(self, node):
+        owner = self.owner()
+        if owner is None:
+            raise GraphReplayError(f"cudaErrorIllegalAddress: the graph's step {node} uses a buffer of {self.nbytes} "
+                                   "bytes that was freed after the capture (the memory pool may have given it to "
+                                   "another array); keep every buffer a graph touches alive while the graph lives")
+        if self.whole:
+            return owner
+        shape, dtype, offset, strides = self.view
+        return numpy.ndarray(shape, dtype, buffer=owner, offset=offset, strides=strides)
+
+
+def _refs(value):
+    if isinstance(value, numpy.ndarray):
+        return _BufferRef(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_refs(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _refs(v) for k, v in value.items()}
+    return value
+
+
+def _resolve(value, node):
+    if isinstance(value, _BufferRef):
+        return value.resolve(node)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_resolve(v, node) for v in value)
+    if isinstance(value, dict):
+        return {k: _resolve(v, node) for k, v in value.items()}
+    return value
+
+
+class _Node:
+    """One recorded step: ``function`` on recorded operands, its value written into ``result``."""
+
+    def __init__(self, function, args, kwargs, result, name):
+        self.function, self.args, self.kwargs, self.result = function, _refs(args), _refs(kwargs), _refs(result)
+        self.name = name
+
+    def replay(self):
+        value = self.function(*_resolve(self.args, self), **_resolve(self.kwargs, self))
+        result = _resolve(self.result, self)
+        if isinstance(result, numpy.ndarray):
+            numpy.copyto(result, value)
+        elif isinstance(result, (list, tuple)):
+            for target, v in zip(result, value):
+                if isinstance(target, numpy.ndarray):
+                    numpy.copyto(target, v)
+
+    def __str__(self):
+        return f"#{self.index} ({self.name})"
+
+
+class _Capture:
+    """What a capturing stream recorded, and the contents of the buffers that existed when it began."""
+
+    def __init__(self, device_id):
+        self.nodes, self.invalid = [], None
+        with _pool_lock:
+            owners = [a for a in _owners.values()]
+        self.before = {id(a): (weakref.ref(a), a.copy()) for a in owners}
+
+    def undo(self):
+        """Make the capture leave no trace, as on a GPU, where captured work does not run: every
+        buffer that existed before is put back, and those made during the capture hold NaN (-1 for
+        integers), as uninitialized memory might, so a graph that reads one before writing it shows."""
+        with _pool_lock:
+            owners = [a for a in _owners.values()]
+        for array in owners:
+            saved = self.before.get(id(array))
+            if saved is not None and saved[0]() is array:
+                numpy.copyto(array, saved[1])
+            elif array.dtype.kind == "f" or array.dtype.kind == "c":
+                array.fill(numpy.nan)
+            elif array.dtype.kind in "iu":
+                array.fill(-1)
+
+    def record(self, function, args, kwargs, result, name=None):
+        node = _Node(function, args, kwargs, result, name or getattr(function, "__name__", str(function)))
+        node.index = len(self.nodes)
+        self.nodes.append(node)
+
+    def invalidate(self, why):
+        self.invalid = self.invalid or why
+
+
+class Graph:
+    """A captured graph: ``launch`` re-runs its recorded steps in order, on the buffers they recorded."""
+
+    def __init__(self, nodes, device_id):
+        self._nodes, self._device_id = nodes, device_id
+
+    def launch(self, stream=None):
+        if _capture() is not None:
+            raise runtime.CUDARuntimeError("cudaErrorStreamCaptureUnsupported: the stand-in launches no graph "
+                                           "inside another capture")
+        with Device(self._device_id):
+            for node in self._nodes:
+                node.replay()
+
+    def upload(self, stream=None):
+        pass
+
+    @property
+    def node_count(self) -> int:
+        """Recorded steps (kernels, copies and cuBLAS calls)."""
+        return len(self._nodes)
+
+
+class _StandinCublas:
+    """cuBLAS's GEMM as ``tinygrad_caps.kernels.gemm`` calls it (allowed in a capture, as cuBLAS is);
+    precision "high" rounds float32 operands to TF32's 10-bit mantissa first, as tensor cores do."""
+
+    def matmul(self, a, b, out, precision):
+        device = _current_device()
+        for name, x in (("a", a), ("b", b), ("out", out)):
+            if not isinstance(x, ndarray) or x._device != device:
+                raise runtime.CUDARuntimeError(f"cudaErrorIllegalAddress: cuBLAS operand {name} is not an array on "
+                                               f"the current GPU {device}")
+        function = _tf32_matmul if precision == "high" and out.dtype == numpy.float32 else numpy.matmul
+        function(a._a, b._a, out=out._a)
+        capture = _capture()
+        if capture is not None:
+            capture.record(function, (a._a, b._a), {"out": out._a}, None, "cublasGemmEx")
+
+
+def _tf32(x):
+    bits = numpy.ascontiguousarray(x, dtype=numpy.float32).view(numpy.uint32)
+    return ((bits + numpy.uint32(0x1000)) & numpy.uint32(0xFFFFE000)).view(numpy.float32)
+
+
+def _tf32_matmul(a, b, out):
+    return numpy.matmul(_tf32(a), _tf32(b), out=out)
+
+
+standin_cublas = _StandinCublas()
 
 
 # ----- memory pool and hooks -----
@@ -216,6 +419,10 @@ def _memory_event(kind, device, size, pointer):
 
 
 class MemoryPool:
+    def malloc(self, size):
+        """A MemoryPointer that will hold the next array's memory (see ``set_allocator``)."""
+        return MemoryPointer(0, _current_device())
+
     def used_bytes(self):
         from .. import _live, _pool_lock
 
@@ -237,8 +444,24 @@ class MemoryPool:
 _POOL = MemoryPool()
 
 
+_allocator = threading.local()
+
+
 def set_allocator(allocator=None):
-    pass
+    """Allocate every new array of this thread through ``allocator(size) -> MemoryPointer``; the
+    array's memory then lives as long as that MemoryPointer (None: the default pool)."""
+    _allocator.current = allocator
+
+
+def get_allocator():
+    return getattr(_allocator, "current", None) or _POOL.malloc
+
+
+def _allocated(array, size):
+    """Called for every new array: a custom allocator's MemoryPointer holds the array's memory."""
+    allocator = getattr(_allocator, "current", None)
+    if allocator is not None and allocator != _POOL.malloc:
+        allocator(size)._hold(array)
 
 
 def set_pinned_memory_allocator(allocator=None):
@@ -286,7 +509,15 @@ class RawKernel:
                                 f"pass a sized NumPy scalar (numpy.int32, numpy.float32...)")
         grid = tuple(grid) if isinstance(grid, tuple) else (grid,)
         block = tuple(block) if isinstance(block, tuple) else (block,)
-        _emulator_instance()(KernelLaunch("standin", self.name, grid, block, tuple(host_args), (), int(shared_mem)))
+        name = self.name
+
+        def launch(*args):
+            _emulator_instance()(KernelLaunch("standin", name, grid, block, tuple(args), (), int(shared_mem)))
+
+        launch(*host_args)
+        capture = _capture()
+        if capture is not None:
+            capture.record(launch, tuple(host_args), {}, None, name)
 
 
 class RawModule:
