@@ -141,7 +141,8 @@ def register_counts(name: str, arch: str) -> dict:
         log = nvrtc.getProgramLog(program)
     finally:
         nvrtc.destroyProgram(program)
-    counts = dict(re.findall(r"Function properties for (\w+)\n.*?Used (\d+) registers", log, re.S))
+    # per entry function (a device function such as CUDA's __internal_accurate_pow reports no registers)
+    counts = dict(re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, re.S))
     if not counts:
         raise CompileError(f"no register counts in ptxas's report for kernels/{name} (sm_{arch}):\n{log}")
     return {kernel: int(registers) for kernel, registers in counts.items()}

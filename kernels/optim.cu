@@ -8,7 +8,7 @@
 //   adam_step_capturable: the same update with the learning rate and the step count read from
 //   device memory (PyTorch's capturable=True), so that a CUDA graph replaying it advances the
 //   bias corrections and follows learning-rate changes; the corrections are computed in double,
-//   as the host computes them for adam_step. increment_counts adds one to step counters after
+//   as the host computes them for adam_step. increment_counts_i32 adds one to step counters after
 //   every parameter of the step has read its own.
 
 namespace optim_kernels {
@@ -58,7 +58,7 @@ __device__ void adam_step_capturable(T* __restrict__ param, const T* __restrict_
 
 }  // namespace optim_kernels
 
-extern "C" __global__ void increment_counts(int* __restrict__ counts, int n)
+extern "C" __global__ void increment_counts_i32(int* __restrict__ counts, int n)
 {
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x)
         counts[e] += 1;

@@ -67,7 +67,7 @@ def increment_counts(counts, runner=None, threads: int = DEFAULT_THREADS) -> Non
     if counts.size == 0:
         return
     runner = runner or default_runner([counts])
-    runner(KernelLaunch("optim.cu", "increment_counts", grid_for(counts.size, threads, runner), (threads,),
+    runner(KernelLaunch("optim.cu", "increment_counts_i32", grid_for(counts.size, threads, runner), (threads,),
                         (counts,) + i32(counts.size), outputs=()))
 
 
