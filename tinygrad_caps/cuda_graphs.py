@@ -95,12 +95,18 @@ class CapturedStep:
         return self.graph is not None
 
     def __call__(self, *arrays):
-        """Copy ``arrays`` (NumPy or CuPy) into the static inputs and run the step; see the class docstring."""
+        """Copy ``arrays`` (NumPy or CuPy) into the static inputs and run the step; see the class docstring.
+
+        The step runs on a stream of its own (a capture needs one), ordered with the caller's
+        current stream both ways: it sees everything issued there before the call (the input
+        copies, a changed learning rate), and work issued there after the call sees its results.
+        """
         import cupy
 
         if len(arrays) != len(self.inputs):
             raise ValueError(f"CapturedStep: {len(self.inputs)} inputs, got {len(arrays)} arrays")
-        with backend.on_device(self.device), self.stream:
+        with backend.on_device(self.device):
+            caller = cupy.cuda.get_current_stream()
             for k, (target, source) in enumerate(zip(self.inputs, arrays)):
                 if tuple(source.shape) != target.shape or np.dtype(source.dtype) != np.dtype(target.dtype):
                     raise ValueError(f"CapturedStep: input {k} must be {target.dtype} {target.shape} (the captured "
@@ -109,15 +115,23 @@ class CapturedStep:
                     target.data.set(np.ascontiguousarray(source))
                 else:
                     cupy.copyto(target.data, source)
-            if self.graph is not None:
-                self.graph.launch(self.stream)
-                return None
-            self.calls += 1
-            if self.calls <= self.warmup:
-                return self.fn()
-            self._capture()
-            self.graph.launch(self.stream)  # a capture records the work without running it
+            self.stream.wait_event(caller.record())
+            try:
+                with self.stream:
+                    return self._run()
+            finally:
+                caller.wait_event(self.stream.record())
+
+    def _run(self):
+        if self.graph is not None:
+            self.graph.launch(self.stream)
             return None
+        self.calls += 1
+        if self.calls <= self.warmup:
+            return self.fn()
+        self._capture()
+        self.graph.launch(self.stream)  # a capture records the work without running it
+        return None
 
     def _capture(self):
         import cupy
@@ -150,8 +164,7 @@ class CapturedStep:
         self.graph, self._kept = graph, kept
 
     def synchronize(self) -> None:
-        """Wait until every step issued so far has run (before reading results on the host or
-        running other work on another stream)."""
+        """Wait until every step issued so far has run."""
         self.stream.synchronize()
 
     def close(self) -> None:

@@ -57,8 +57,8 @@ class Device:
 
 
 class Stream:
-    """A stream. Compute runs at once whatever the stream; NCCL collectives enqueued on a stream
-    other than the null stream are deferred until something waits for them: the stream's
+    """A stream. Compute runs at once whatever the stream; NCCL collectives and graph launches
+    enqueued on a stream other than the null stream are deferred until something waits for them: the stream's
     ``synchronize``, an event recorded after them (its ``synchronize``, or another stream's
     ``wait_event``), the device's ``synchronize``. So a collective runs as late as a GPU may run
     it, and code that reads its result without waiting reads the old values, as a race on a GPU
@@ -330,9 +330,16 @@ class Graph:
         self._nodes, self._device_id = nodes, device_id
 
     def launch(self, stream=None):
+        """Replay the graph on ``stream`` (default: the current one); on a stream other than the null
+        stream the replay waits, as NCCL work does here, until something waits for that stream, so
+        host code that overwrites the graph's inputs without ordering itself after the launch
+        changes what the launch computes, as it would on a GPU."""
         if _capture() is not None:
             raise runtime.CUDARuntimeError("cudaErrorStreamCaptureUnsupported: the stand-in launches no graph "
                                            "inside another capture")
+        (stream or get_current_stream())._enqueue(self._replay)
+
+    def _replay(self):
         with Device(self._device_id):
             for node in self._nodes:
                 node.replay()
