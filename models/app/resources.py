@@ -7,7 +7,6 @@ model that cannot fit (``--conv1-channels 1000000000``) before NumPy tries to al
 """
 from __future__ import annotations
 
-import inspect
 import math
 import os
 
@@ -15,14 +14,12 @@ import numpy as np
 
 from tinygrad_caps.data.idx import meminfo_available_bytes
 
-from .capsnet import CapsNet, feature_map_sizes
-from .errors import UsageError
+from ..capsnet.config import CapsNetConfig
+from ..capsnet.model import feature_map_sizes
+from ..errors import UsageError
 
 GIB = 1024 ** 3
-# CapsNet's own defaults for the options that size it.
-CAPSNET_DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(CapsNet).parameters.items()
-                    if name in ("in_channels", "image_size", "num_classes", "conv1_channels", "primary_types",
-                                "primary_dim", "digit_dim", "kernel_size", "decoder", "hidden_capsules")}
+CAPSNET_DEFAULTS = CapsNetConfig().to_dict()
 
 
 def _with_defaults(config: dict) -> dict:

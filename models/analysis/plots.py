@@ -13,11 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError
-from .figure_style import (coinciding_labels, integer_ticks, log_floor, mark_floor, on_log_axis, say_all_zero, series_style,
-                           single_point_room, write_values)
-from .output_paths import check_picture_path, picture_format
-from .run_logs import read_gradflow, read_metrics
+from ..errors import UsageError
+from .figure_style import (coinciding_labels, integer_ticks, log_floor, mark_floor, on_log_axis, picture_format,
+                           say_all_zero, series_style, single_point_room, write_values)
 
 UNIFORM_TEXT = "every coupling is uniform\n(1 - entropy <= 0, to rounding)"
 UNIFORM_FLOOR = "<= 0: uniform, to rounding (drawn on this floor)"
@@ -167,33 +165,15 @@ def _save(fig, path) -> None:
     plt.close(fig)
 
 
-def plot_run(run_dir, out=None) -> Path:
-    """Loss and accuracy per epoch from ``RUN/metrics.jsonl`` and, when ``RUN/gradflow.jsonl`` exists,
-    |grad u_hat| per iteration and path and 1 - the coupling entropy per iteration over the training
-    steps. Every line of both logs is checked first (UsageError naming the file, line and reason).
-
-    Returns the picture's path (``out``, default ``RUN/plot.png``; .png, .pdf or .svg).
-    """
-    run_dir = Path(run_dir)
-    metrics_path = run_dir / "metrics.jsonl"
-    if not run_dir.is_dir():
-        raise UsageError(f"{run_dir} is not a run folder")
-    if not metrics_path.exists():
-        raise UsageError(f"{run_dir} holds no metrics.jsonl; is it a training run folder?")
-    out = check_picture_path(out if out else run_dir / "plot.png", "--out")
-    metrics = read_metrics(metrics_path)
-    gradflow_path = run_dir / "gradflow.jsonl"
-    gradflow = read_gradflow(gradflow_path) if gradflow_path.exists() else []
-    if not metrics and not gradflow:
-        raise UsageError(f"{metrics_path} holds no finished epoch yet, and there is no gradflow.jsonl: nothing to plot")
+def plot_metrics(metrics: list, gradflow: list, path, name: str = "") -> None:
+    """``run_figure`` saved to ``path`` (the format follows its suffix): the curves of checked log lines."""
     _needs_pyplot("plot")
-    _save(run_figure(metrics, gradflow, run_dir.absolute().name), out)
-    return out
+    _save(run_figure(metrics, gradflow, name), path)
 
 
 def run_figure(metrics: list, gradflow: list, name: str = ""):
-    """The matplotlib figure of ``plot_run`` from checked log lines (``run_logs.read_metrics`` and
-    ``read_gradflow``): loss and accuracy, and with gradflow lines the two gradient-flow panels."""
+    """The matplotlib figure of ``tinygrad-caps plot`` from checked log lines (``app.run_logs.read_metrics``
+    and ``read_gradflow``): loss and accuracy, and with gradflow lines the two gradient-flow panels."""
     plt = _needs_pyplot("plot")
     if gradflow:
         fig, grid = plt.subplots(2, 2, figsize=(11, 8.5))

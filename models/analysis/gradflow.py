@@ -11,8 +11,8 @@ import numpy as np
 import tinygrad_caps as tc
 from tinygrad_caps.backend import to_numpy
 
-from .losses import capsule_loss
-from .routing import GRADIENT_MODES
+from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
+from ..capsnet.routing import GRADIENT_MODES
 from .routing_statistics import per_iteration, routing_statistics
 
 HESSIAN_PARAMETER = "digit.weight"
@@ -69,14 +69,13 @@ def _substituted_parameter(model, dotted_name: str, tensor):
         registry[attribute] = original
 
 
-def batch_loss(model, x, labels, reconstruction_weight=0.0005, return_trace=False):
+def batch_loss(model, x, labels, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT, return_trace=False):
     """The training loss of one batch (margin loss in the model's convention + weighted reconstruction,
     decoder masked by the labels); with ``return_trace`` also the model's routing traces."""
     outputs = model(x, labels, return_trace=return_trace)
-    lengths, reconstruction = outputs[1], outputs[2]
-    loss = capsule_loss(lengths, reconstruction, x, labels, reconstruction_weight,
-                        convention=model.config.get("conventions", "paper"))
-    return (loss, outputs[3]) if return_trace else loss
+    loss = capsule_loss(outputs.lengths, outputs.reconstruction, x, labels, reconstruction_weight,
+                        convention=model.config.conventions)
+    return (loss, outputs.traces) if return_trace else loss
 
 
 def _norm(array) -> float:
@@ -90,8 +89,8 @@ def _cosine(a, b):
     return float(np.dot(a.ravel().astype(np.float64), b.ravel().astype(np.float64)) / denominator)
 
 
-def hessian_top_eigenvalue(model, x, labels, iterations: int, reconstruction_weight=0.0005, seed=0,
-                           parameter=HESSIAN_PARAMETER) -> float:
+def hessian_top_eigenvalue(model, x, labels, iterations: int, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT,
+                           seed=0, parameter=HESSIAN_PARAMETER) -> float:
     """The largest-magnitude eigenvalue of the Hessian of the batch loss in ``parameter``, by
     ``iterations`` steps of power iteration with ``tc.hvp`` (the Rayleigh quotient of the last vector)."""
     weights = dict(model.named_parameters())
@@ -120,7 +119,7 @@ def hessian_top_eigenvalue(model, x, labels, iterations: int, reconstruction_wei
 
 
 def gradient_flow_report(model, images, labels, modes=("full", "detach"), hessian_iterations=0,
-                         reconstruction_weight=0.0005) -> dict:
+                         reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT) -> dict:
     """Measure the gradient flow of one batch in each routing-gradient mode, on the same weights.
 
     Args:

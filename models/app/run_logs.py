@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 METRIC_KEYS = ("train_loss", "test_loss", "train_accuracy", "test_accuracy")
 ITERATION_KEYS = ("coupling_entropy", "grad_norm_sum", "grad_norm_agreement")

@@ -2,6 +2,9 @@
 command line win over the preset's."""
 from __future__ import annotations
 
+from ..capsnet.config import MODEL_OPTIONS, CapsNetConfig
+from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
+
 # Steps per epoch of the official code on MNIST: 60,000 images in batches of 128.
 _OFFICIAL_STEPS_PER_EPOCH = 60000 / 128
 
@@ -13,7 +16,7 @@ SABOUR_OFFICIAL = dict(
     batch_size=128,
     lr=1e-3,
     lr_decay=0.96 ** (_OFFICIAL_STEPS_PER_EPOCH / 2000),
-    reconstruction_weight=0.0005,
+    reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT,
     augment="shift",
     epochs=640,
 )
@@ -37,7 +40,7 @@ SABOUR_OFFICIAL = dict(
   (``exponential_decay`` without staircase), floored at 1e-6. Our schedule steps once per epoch,
   so the preset uses 0.96 ** (468.75 / 2000) per epoch, exact for a 60,000-image training set
   of MNIST size; the 1e-6 floor is not reproduced (it is reached only after ~675,000 steps).
-- reconstruction_weight=0.0005: layers.py ``reconstruction`` ``balance_factor`` in capsule_model.py.
+- reconstruction_weight, the paper's: layers.py ``reconstruction`` ``balance_factor`` in capsule_model.py.
 - augment="shift": input_data/mnist/mnist_input_record.py pads and random-crops, i.e. shifts by
   up to 2 pixels (the paper: "shifted by up to 2 pixels in each direction with zero padding").
 - epochs=640: the README's MNIST command trains ``--max_steps=300000`` steps of 128 images,
@@ -54,6 +57,18 @@ types instead of 32, and a "none-of-the-above" category for the routing softmax 
 PRESETS = {"sabour-official": SABOUR_OFFICIAL, "cifar10": CIFAR10}
 
 
+def check_model_options(options: dict) -> dict:
+    """``options`` with each model option checked against its CapsNetConfig field (ValueError naming it)."""
+    for name in MODEL_OPTIONS:
+        if name in options:
+            CapsNetConfig.check_option(name, options[name])
+    return options
+
+
+for _options in PRESETS.values():
+    check_model_options(_options)
+
+
 def preset_options(name: str, dataset: str | None = None) -> dict:
     """The training options of preset ``name`` (a fresh dict); ``dataset`` adjusts those the
     official code sets per dataset (leaky routing for CIFAR-10)."""
@@ -62,4 +77,4 @@ def preset_options(name: str, dataset: str | None = None) -> dict:
     options = dict(PRESETS[name])
     if name == "sabour-official" and dataset == "cifar10":
         options.update(leaky_routing=True, primary_types=64)
-    return options
+    return check_model_options(options)

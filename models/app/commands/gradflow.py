@@ -12,15 +12,16 @@ import numpy as np
 import tinygrad_caps as tc
 from tinygrad_caps.data import dataset_spec
 
-from .baseline_cnn import BaselineCNN
-from .errors import UsageError
-from .gradflow import gradient_flow_report, mean_of_reports
-from .option_checks import check_out_folder
-from .output_paths import PICTURE_SUFFIXES, check_writable_file
-from .plots import plot_gradflow, pyplot
-from .progress import bars_wanted, progress_shown
-from .routing import GRADIENT_MODES
-from .training import MODEL_OPTIONS, build_model, checkpoint_dataset_spec, device_or_usage_error, load_checkpoint_model
+from ...analysis.gradflow import gradient_flow_report, mean_of_reports
+from ...analysis.plots import plot_gradflow, pyplot
+from ...capsnet.baseline_cnn import BaselineCNN
+from ...capsnet.config import MODEL_OPTIONS
+from ...capsnet.routing import GRADIENT_MODES
+from ...errors import UsageError
+from ..checkpoints import build_model, checkpoint_dataset_spec, load_checkpoint_model
+from ..option_checks import check_out_folder, device_or_usage_error
+from ..output_paths import PICTURE_SUFFIXES, check_writable_file
+from ..progress import bars_wanted, progress_shown
 
 
 def parse_modes(text: str) -> tuple:

@@ -10,14 +10,16 @@ import math
 import os
 from pathlib import Path
 
-from .errors import UsageError
+import tinygrad_caps as tc
 
-MAX_ROUTING_ITERATIONS = 100
+from ..errors import UsageError
+
 MAX_LOSS_WEIGHT = 1000.0
 MAX_SEED = 2 ** 63 - 1
 
 
-def _number(text) -> float:
+def number(text) -> float:
+    """argparse type: a finite number."""
     try:
         value = float(text)
     except ValueError:
@@ -27,7 +29,8 @@ def _number(text) -> float:
     return value
 
 
-def _integer(text) -> int:
+def integer(text) -> int:
+    """argparse type: an integer."""
     try:
         return int(text)
     except ValueError:
@@ -36,7 +39,7 @@ def _integer(text) -> int:
 
 def _fraction(text) -> float:
     """A finite number in (0, 1]."""
-    value = _number(text)
+    value = number(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must lie in (0, 1], got {text}")
     return value
@@ -53,9 +56,10 @@ def decay_factor(text) -> float:
 
 
 def loss_weight(text) -> float:
-    """The weight of the reconstruction term, in [0, MAX_LOSS_WEIGHT] (the paper's is 0.0005; far above
-    the bound the term would swamp the margin loss and overflow float32)."""
-    value = _number(text)
+    """The weight of the reconstruction term, in [0, MAX_LOSS_WEIGHT] (the paper's is
+    ``DEFAULT_RECONSTRUCTION_WEIGHT``; far above the bound the term would swamp the margin loss and
+    overflow float32)."""
+    value = number(text)
     if not 0 <= value <= MAX_LOSS_WEIGHT:
         raise argparse.ArgumentTypeError(f"must lie in [0, {MAX_LOSS_WEIGHT:g}], got {text}")
     return value
@@ -63,17 +67,9 @@ def loss_weight(text) -> float:
 
 def seed(text) -> int:
     """A random seed in [0, 2**63 - 1]."""
-    value = _integer(text)
+    value = integer(text)
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"must lie in [0, 2**63 - 1], got {text}")
-    return value
-
-
-def routing_iterations(text) -> int:
-    """A number of routing iterations in [1, MAX_ROUTING_ITERATIONS]."""
-    value = _integer(text)
-    if not 1 <= value <= MAX_ROUTING_ITERATIONS:
-        raise argparse.ArgumentTypeError(f"must lie in [1, {MAX_ROUTING_ITERATIONS}], got {text}")
     return value
 
 
@@ -115,3 +111,18 @@ def _exists(path: Path) -> bool:
         return path.exists()
     except OSError:  # a name too long, a loop of links: treat as absent and let the length check speak
         return False
+
+
+def device_or_usage_error(device) -> str:
+    """``tc.backend.normalize_device(device)``, with an unknown or unusable device reported as a UsageError."""
+    try:
+        return tc.backend.normalize_device(device)
+    except tc.DeviceError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def use_command_device(device) -> None:
+    """Make a command's ``--device`` GPU the process's current one (``tc.backend.use_device``), so
+    that whatever CuPy allocates without naming a device lands there too; the CLI calls it once,
+    before the command. An unknown or unusable device is reported as a UsageError."""
+    tc.backend.use_device(device_or_usage_error(device))

@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 MAY_CHANGE_ON_RESUME = ("epochs", "device", "data_dir", "log_gradflow")
 LAUNCH_OPTIONS = ("distributed", "sync_batchnorm")

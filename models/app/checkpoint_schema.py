@@ -23,9 +23,7 @@ import numpy as np
 
 from tinygrad_caps.errors import CheckpointError
 
-from .capsnet import CONVENTIONS
-from .decoders import DECODERS
-from .routing import GRADIENT_MODES, ROUTING_KINDS
+from ..capsnet.config import MODEL_CONFIGS, OptionError
 
 ADAM_HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "amsgrad")
 ADAM_STATE_ARRAYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
@@ -33,11 +31,6 @@ SCHEDULER_KEYS = ("base_lr", "last_epoch", "gamma")
 SUM_KEYS = ("loss", "margin_loss", "reconstruction_loss", "correct", "seen")
 PROGRESS_KEYS = ("epoch", "step", "sums", "best_accuracy", "seconds")
 GEOMETRY_KEYS = ("in_channels", "image_size", "num_classes")
-POSITIVE_INT_OPTIONS = ("routing_iterations", "conv1_channels", "primary_types", "primary_dim", "digit_dim",
-                        "kernel_size")
-TEXT_OPTIONS = {"routing_gradient": GRADIENT_MODES, "decoder": DECODERS, "routing": ROUTING_KINDS,
-                "conventions": CONVENTIONS, "model": ("capsnet", "cnn")}
-BOOL_OPTIONS = ("capsule_bias", "leaky_routing")
 
 
 class _Checker:
@@ -117,29 +110,24 @@ def validate_model_state(state, path, where="model") -> list:
 
 
 def validate_config(config, path, where="config") -> dict:
-    """Check the image geometry and model options a model is rebuilt from."""
+    """Check the image geometry and model options a model is rebuilt from: those of the model that
+    ``config["model"]`` names, each as its CapsNetConfig or BaselineCNNConfig field allows (an option
+    set to null takes its default, except a number's)."""
     check = _Checker(path)
     check.dict(config, where, required=GEOMETRY_KEYS)
     for key in GEOMETRY_KEYS:
         check.int(config[key], f"{where}.{key}", low=1)
-    for key in POSITIVE_INT_OPTIONS:
-        if key in config:
-            check.int(config[key], f"{where}.{key}", low=1)
-    for key, choices in TEXT_OPTIONS.items():
-        if config.get(key) is not None and config[key] not in choices:
-            check.fail(f"{where}.{key}", f"must be one of {', '.join(choices)}, got {_kind(config[key])}")
-    for key in BOOL_OPTIONS:
-        if config.get(key) is not None:
-            check.bool(config[key], f"{where}.{key}")
-    hidden = config.get("hidden_capsules")
-    if hidden is not None:
-        if not isinstance(hidden, (list, tuple)):
-            check.fail(f"{where}.hidden_capsules", f"must be a list of [count, dim] pairs, got {_kind(hidden)}")
-        for k, pair in enumerate(hidden):
-            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                check.fail(f"{where}.hidden_capsules[{k}]", f"must be a [count, dim] pair, got {_kind(pair)}")
-            for value in pair:
-                check.int(value, f"{where}.hidden_capsules[{k}]", low=1)
+    kind = config.get("model")
+    if kind is not None and kind not in MODEL_CONFIGS:
+        check.fail(f"{where}.model", f"must be one of {', '.join(MODEL_CONFIGS)}, got {_kind(kind)}")
+    config_class = MODEL_CONFIGS[kind or "capsnet"]
+    for key in config_class.option_keys():
+        if key not in config or (config[key] is None and config_class.field_for(key).metadata["kind"] != "int"):
+            continue
+        try:
+            config_class.check_option(key, config[key])
+        except OptionError as exc:
+            check.fail(f"{where}.{key}", exc.reason)
     return config
 
 

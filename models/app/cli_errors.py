@@ -14,7 +14,7 @@ import traceback
 from tinygrad_caps.data import DatasetError
 from tinygrad_caps.errors import CheckpointError, DistributedSetupError
 
-from .errors import UsageError
+from ..errors import UsageError
 
 USER_ERROR_TYPES = (UsageError, DatasetError, CheckpointError, DistributedSetupError)
 

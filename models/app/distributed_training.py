@@ -17,7 +17,7 @@ import numpy as np
 import tinygrad_caps.distributed as dist
 
 from .cli_errors import report
-from .errors import UsageError
+from ..errors import UsageError
 from .run_state import Interrupted
 from .training import Trainer, _zero_sums
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError
-from .figure_style import no_negative_zero
-from .output_paths import picture_format
+from ..errors import UsageError
+from .figure_style import no_negative_zero, picture_format
 
 TWEAKS = np.round(np.arange(-0.25, 0.25 + 1e-9, 0.05), 2) + 0.0  # Fig. 4's steps; + 0.0 turns a rounded -0.0 into 0.0
 TITLE_POINTS = 7

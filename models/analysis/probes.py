@@ -1,12 +1,8 @@
-"""What a trained CapsNet learned, as pictures: reconstructions, the pose-perturbation grid of
-Sabour et al. (2017) Fig. 4, and robustness to rotation and translation (with a second model's
-curve and a rotated strip, optionally an animated GIF). Each picture comes with a JSON file of
-the numbers drawn. ``tinygrad-caps visualize`` parses its options and calls ``visualize``.
+"""What a trained CapsNet learned, read from the model: capsule outputs, predictions, decoded
+poses, the pose-perturbation grids of Sabour et al. (2017) Fig. 4, robustness to rotation and
+translation, and the rotated strip; each takes a model (loading checkpoints is the app's business).
 """
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import numpy as np
 
@@ -14,16 +10,10 @@ import tinygrad_caps as tc
 from tinygrad_caps import functional as F
 from tinygrad_caps.data import affine_bilinear
 
-from .baseline_cnn import BaselineCNN
-from .errors import UsageError
-from .output_paths import check_picture_path, run_folder, run_name
-from .pictures import (TWEAKS, display_image, draw_perturbation, draw_reconstructions, draw_robustness,  # noqa: F401
-                       require_libraries, write_rotation_gif)
-from .progress import progress_shown
-from .training import checkpoint_dataset_spec, limited, load_checkpoint_model
+from ..capsnet.baseline_cnn import BaselineCNN
+from ..errors import UsageError
+from .pictures import TWEAKS, draw_reconstructions
 
-WHATS = ("reconstructions", "perturbation", "robustness")
-DEFAULT_COUNTS = {"reconstructions": 16, "perturbation": 3, "robustness": 500}
 ROTATIONS = np.arange(-60, 61, 10)  # degrees
 TRANSLATIONS = np.arange(0, 7)  # pixels of the stored image (before any crop)
 # Image k of a translated batch moves right, down, left, up for k % 4 = 0, 1, 2, 3: one pass per
@@ -31,12 +21,12 @@ TRANSLATIONS = np.arange(0, 7)  # pixels of the stored image (before any crop)
 DIRECTIONS = np.array([(0, 1), (1, 0), (0, -1), (-1, 0)])
 
 
-def _require_capsnet(model, what: str):
+def require_capsnet(model, what: str):
     if isinstance(model, BaselineCNN):
         raise UsageError(f"{what} needs a CapsNet checkpoint; the baseline CNN has no capsules or decoder")
 
 
-def _rounded(array) -> list:
+def rounded(array) -> list:
     return np.round(np.asarray(array, dtype=np.float64), 4).tolist()
 
 
@@ -48,7 +38,7 @@ def capsule_outputs(model, x, batch_size: int = 100, progress=None):
         v (N, num_classes, digit_dim), lengths (N, num_classes), predicted (N,) and the
         reconstructions (N, C, H, W) masked by the predicted class.
     """
-    _require_capsnet(model, "capsule_outputs")
+    require_capsnet(model, "capsule_outputs")
     model.eval()
     parts = []
     with tc.no_grad():
@@ -76,7 +66,7 @@ def predict(model, x, batch_size: int = 100) -> np.ndarray:
 def decode(model, v, classes) -> np.ndarray:
     """Reconstruct from capsule outputs v (N, num_classes, digit_dim) masked to ``classes`` (N,):
     returns (N, C, H, W)."""
-    _require_capsnet(model, "decode")
+    require_capsnet(model, "decode")
     config = model.config
     with tc.no_grad():
         v = tc.tensor(np.asarray(v, dtype=np.float32), device=model.device).astype(model.digit.weight.dtype)
@@ -163,102 +153,9 @@ def write_reconstructions(model, x, labels, class_names, out, progress=None) -> 
     """Draw inputs x (N, C, H, W) above their reconstructions (masked by the prediction) into the
     picture ``out``; returns the numbers drawn: the class names, the true labels, the predicted
     classes, the capsule lengths, the inputs and the reconstructions."""
-    _require_capsnet(model, "reconstructions")
+    require_capsnet(model, "reconstructions")
     _, lengths, predicted, recon = capsule_outputs(model, x, progress=progress)
     draw_reconstructions(out, x, recon, labels, predicted, class_names)
     return {"classes": [str(name) for name in class_names], "labels": np.asarray(labels).tolist(),
-            "predicted": predicted.tolist(), "lengths": _rounded(lengths), "inputs": _rounded(x),
-            "reconstructions": _rounded(recon)}
-
-
-def default_picture(checkpoint, what: str) -> Path:
-    """Where ``visualize`` draws ``what`` without --out: RUN/visualize-WHAT.png in the checkpoint's run
-    folder (``evaluate --reconstructions`` without a name writes RUN/evaluate-reconstructions.png)."""
-    return run_folder(checkpoint) / f"visualize-{what}.png"
-
-
-def model_label(checkpoint, config: dict, taken=()) -> str:
-    """A model's name in the robustness legend: its run folder's name and kind, e.g. "quick (capsnet)";
-    the checkpoint's file name is added where that name is already ``taken``."""
-    label = f"{run_name(checkpoint)} ({config.get('model') or 'capsnet'})"
-    if label in taken:
-        label = f"{run_name(checkpoint)} ({config.get('model') or 'capsnet'}, {Path(checkpoint).name})"
-    return label if label not in taken else f"{label} [compare]"
-
-
-def visualize(checkpoint, what: str, out, dataset=None, data_dir=None, count=None, compare=None, gif: bool = False,
-              device: str = "auto", log=print, progress: bool = False) -> dict:
-    """Draw ``what`` ("reconstructions", "perturbation" or "robustness") for ``checkpoint`` into the
-    picture ``out`` (.png, .pdf or .svg; None: ``default_picture``) and write the numbers drawn to
-    ``out`` with the suffix ``.json``; ``log`` is told every file written.
-
-    The test images are the first ``count`` of ``dataset`` (default: the checkpoint's), preprocessed
-    as the registry says; ``compare`` adds a second checkpoint's robustness curves; ``gif`` also
-    writes the rotated strip as ``out`` with the suffix ``.gif``; ``progress`` shows a bar over the
-    model passes. Every option is checked before any work. Returns the JSON's content.
-    """
-    if what not in WHATS:
-        raise UsageError(f"visualize: --what must be one of {WHATS}, got {what!r}")
-    if count is not None and count < 1:
-        raise UsageError(f"visualize: --count must be positive, got {count}")
-    if gif and what != "robustness":
-        raise UsageError("visualize: --gif goes with --what robustness")
-    if compare and what != "robustness":
-        raise UsageError("visualize: --compare goes with --what robustness")
-    for path in (checkpoint, compare):
-        if path is not None and not Path(path).is_file():
-            raise UsageError(f"{path}: no such checkpoint")
-    out = check_picture_path(default_picture(checkpoint, what) if out is None else out, "--out",
-                             sidecars=(".json", ".gif") if gif else (".json",))
-    require_libraries(gif)
-    count = count or DEFAULT_COUNTS[what]
-    model, config = load_checkpoint_model(checkpoint, device=device)
-    if what != "robustness":
-        _require_capsnet(model, f"--what {what}")
-    name = dataset or config["dataset"]
-    data_dir = data_dir or config.get("data_dir")
-    spec = checkpoint_dataset_spec(config, name, data_dir, checkpoint)
-    models = {model_label(checkpoint, config): model}
-    if compare:
-        other, other_config = load_checkpoint_model(compare, device=device)
-        spec.check_model(other_config["in_channels"], other_config["image_size"], other_config["num_classes"],
-                         f"--compare checkpoint {compare}")
-        models[model_label(compare, other_config, taken=models)] = other
-    images, labels = limited(*spec.load("test", data_dir), count)
-    x = spec.preprocess(images)
-    classes = list(spec.classes)
-    record = {"what": what, "checkpoint": str(checkpoint), "dataset": name, "classes": classes,
-              "count": int(len(x)), "labels": labels.tolist()}
-    written = [out]
-    if what == "reconstructions":
-        with progress_shown(len(x), "reconstructions", progress) as bar:
-            record.update(write_reconstructions(model, x, labels, classes, out, progress=bar))
-    elif what == "perturbation":
-        with progress_shown(len(x), "perturbation", progress) as bar:
-            grids, predicted = perturbation_grids(model, x, progress=bar)
-        draw_perturbation(out, grids, predicted, classes)
-        record.update(predicted=predicted.tolist(), tweaks=TWEAKS.tolist(),
-                      grid_shape=["image", "dimension", "tweak", "channel", "row", "column"],
-                      grids=_rounded(grids))
-    else:
-        passes = (len(ROTATIONS) + len(TRANSLATIONS)) * len(models) * len(labels)
-        with progress_shown(passes, "robustness", progress) as bar:
-            curves = robustness_curves(models, images, labels, spec.test_preprocess, progress=bar)
-        strip = rotation_strip(model, images[0], spec.test_preprocess)
-        strip.update(rotations=[int(r) for r in ROTATIONS], label=int(labels[0]))
-        draw_robustness(out, curves, strip, classes)
-        record.update(curves, strip={"label": int(labels[0]), "rotation_degrees": strip["rotations"],
-                                     "predicted": strip["predicted"].tolist(),
-                                     "lengths": None if strip["lengths"] is None else _rounded(strip["lengths"]),
-                                     "frames": _rounded(strip["frames"]),
-                                     "reconstructions": None if strip["reconstructions"] is None
-                                     else _rounded(strip["reconstructions"])})
-        if gif:
-            write_rotation_gif(out.with_suffix(".gif"), strip, classes)
-            record["gif"] = str(out.with_suffix(".gif"))
-            written.append(out.with_suffix(".gif"))
-    out.with_suffix(".json").write_text(json.dumps(record))
-    for path in written + [out.with_suffix(".json")]:
-        log(f"written: {path}")
-    return record
-
+            "predicted": predicted.tolist(), "lengths": rounded(lengths), "inputs": rounded(x),
+            "reconstructions": rounded(recon)}

@@ -1,6 +1,6 @@
 """``tinygrad-caps train --profile N``: where a training step spends its time, per op.
 
-Builds the run exactly as ``train`` does (a :class:`~.training.Trainer`, which writes nothing
+Builds the run exactly as ``train`` does (a :class:`~..training.Trainer`, which writes nothing
 before its first batch), runs N training batches (forward, backward, Adam step) under
 :func:`tinygrad_caps.profile`, prints the per-op table and exits. No run folder is created.
 """
@@ -10,8 +10,8 @@ import time
 
 import tinygrad_caps as tc
 
-from .errors import UsageError
-from .training import Trainer, batch_losses
+from ...errors import UsageError
+from ..training import Trainer, batch_losses
 
 
 def profile_training(config: dict, batches: int, cuda_sync: bool = True, log=print):

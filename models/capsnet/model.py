@@ -2,18 +2,65 @@
 and a reconstruction decoder. Sizes derive from the arguments; the defaults are the paper's."""
 from __future__ import annotations
 
+import dataclasses
+from typing import NamedTuple
+
 import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
 from tinygrad_caps import nn
 
+from .config import CapsNetConfig, keyword_signature
 from .decoders import make_decoder
 from .image_batch import image_batch
 from .routing import ROUTING_KINDS, dynamic_routing, uniform_routing
 
 LENGTH_EPS = 1e-8
-CONVENTIONS = ("paper", "official")
+
+
+class _OutputFields(NamedTuple):
+    v: tc.Tensor
+    lengths: tc.Tensor
+    reconstruction: tc.Tensor
+    couplings: list | None = None
+    traces: list | None = None
+
+
+class CapsNetOutput(_OutputFields):
+    """What ``CapsNet.forward`` returns: ``v`` (B, num_classes, digit_dim), ``lengths`` (B, num_classes),
+    ``reconstruction`` (B, C*H*W), ``couplings`` (DigitCaps' coefficients per iteration, or None) and
+    ``traces`` (a RoutingTrace per routing layer, or None); the last two only when asked for.
+
+    As a sequence it holds what was asked for, as forward returned before it had names:
+    ``v, lengths, reconstruction = model(x)``; with ``return_trace`` ``outputs[3]`` is the traces,
+    with ``return_coupling`` the couplings, with both (v, lengths, reconstruction, couplings,
+    traces). The names always reach all five.
+    """
+
+    __slots__ = ()
+
+    def _asked(self) -> tuple:
+        fields = tuple.__iter__(self)
+        return tuple(value for k, value in enumerate(fields) if k < 3 or value is not None)
+
+    def __iter__(self):
+        return iter(self._asked())
+
+    def __len__(self) -> int:
+        return len(self._asked())
+
+    def __getitem__(self, index):
+        return self._asked()[index]
+
+    def __getnewargs__(self):
+        return tuple(tuple.__iter__(self))
+
+    def _asdict(self) -> dict:
+        return dict(zip(self._fields, tuple.__iter__(self)))
+
+    def _replace(self, **changes):
+        return type(self)(**{**self._asdict(), **changes})
 
 
 class PrimaryCaps(nn.Module):
@@ -78,27 +125,6 @@ class DigitCaps(CapsuleLayer):
     """The top capsule layer, one capsule per class: a ``CapsuleLayer`` with weight (I, J, D, K)."""
 
 
-def parse_hidden_capsules(spec) -> list:
-    """Hidden capsule layers as a list of [count, dim]: from a sequence of (count, dim) pairs or
-    from text such as "32x12,32x12" ("" or None: no hidden layer)."""
-    if spec is None or spec == "":
-        return []
-    if isinstance(spec, str):
-        pairs = []
-        for part in spec.split(","):
-            fields = part.strip().lower().split("x")
-            if len(fields) != 2 or not all(f.strip().isdigit() for f in fields):
-                raise ValueError(f"hidden capsules: expected COUNTxDIM pairs such as 32x12,32x12, got {spec!r}")
-            pairs.append((int(fields[0]), int(fields[1])))
-        spec = pairs
-    layers = []
-    for pair in spec:
-        if len(pair) != 2 or any(int(n) != n or int(n) < 1 for n in pair):
-            raise ValueError(f"hidden capsules: each layer is a (count, dim) pair of positive integers, got {pair!r}")
-        layers.append([int(pair[0]), int(pair[1])])
-    return layers
-
-
 def feature_map_sizes(image_size: int, kernel_size: int) -> tuple[int, int]:
     """(conv1's output side, PrimaryCaps' output side): a valid convolution, then one with stride 2.
     Either is below 1 when the image is too small for the two."""
@@ -107,7 +133,8 @@ def feature_map_sizes(image_size: int, kernel_size: int) -> tuple[int, int]:
 
 
 class CapsNet(nn.Module):
-    """The CapsNet of the paper, with every size taken from the arguments, and its research variants.
+    """The CapsNet of the paper, with every size taken from its CapsNetConfig (``model.config``), and
+    its research variants.
 
     Parameters (shapes at the defaults): conv1.weight (256, C, 9, 9), conv1.bias, primary.weight
     (256, 256, 9, 9), primary.bias, digit.weight (1152, 10, 16, 8), decoder.fc1/fc2/fc3.weight
@@ -129,21 +156,14 @@ class CapsNet(nn.Module):
         leaky_routing: an extra zero logit in every softmax over output capsules ("none of the above").
     """
 
-    def __init__(self, in_channels=1, image_size=28, num_classes=10, routing_iterations=3, routing_gradient="full",
-                 decoder="fc", conv1_channels=256, primary_types=32, primary_dim=8, digit_dim=16, kernel_size=9,
-                 hidden_capsules=(), capsule_bias=False, routing="dynamic", conventions="paper", leaky_routing=False):
+    def __init__(self, config: CapsNetConfig | dict | None = None, **overrides):
+        """``config`` (a CapsNetConfig, or its dict form; default: the paper's network) with ``overrides``
+        (CapsNetConfig's fields as keywords, e.g. ``CapsNet(routing_iterations=1)``) applied."""
         super().__init__()
-        hidden_capsules = parse_hidden_capsules(hidden_capsules)
-        if routing not in ROUTING_KINDS:
-            raise ValueError(f"CapsNet: routing must be one of {ROUTING_KINDS}, got {routing!r}")
-        if conventions not in CONVENTIONS:
-            raise ValueError(f"CapsNet: conventions must be one of {CONVENTIONS}, got {conventions!r}")
-        self.config = dict(in_channels=in_channels, image_size=image_size, num_classes=num_classes,
-                           routing_iterations=routing_iterations, routing_gradient=routing_gradient, decoder=decoder,
-                           conv1_channels=conv1_channels, primary_types=primary_types, primary_dim=primary_dim,
-                           digit_dim=digit_dim, kernel_size=kernel_size, hidden_capsules=hidden_capsules,
-                           capsule_bias=bool(capsule_bias), routing=routing, conventions=conventions,
-                           leaky_routing=bool(leaky_routing))
+        self.config = CapsNetConfig.resolved(config, **overrides)
+        (in_channels, image_size, num_classes, routing_iterations, routing_gradient, decoder, conv1_channels,
+         primary_types, primary_dim, digit_dim, kernel_size, hidden_capsules, capsule_bias, routing, conventions,
+         leaky_routing) = (getattr(self.config, f.name) for f in dataclasses.fields(CapsNetConfig))
         conv1_size, primary_size = feature_map_sizes(image_size, kernel_size)
         if conv1_size < 1 or primary_size < 1:
             raise ValueError(f"CapsNet: image_size {image_size} is too small for two {kernel_size}x{kernel_size} convolutions")
@@ -156,7 +176,7 @@ class CapsNet(nn.Module):
         self.primary = PrimaryCaps(conv1_channels, primary_types, primary_dim, kernel_size, stride=2,
                                    coupling=primary_coupling)
         layer_options = dict(iterations=routing_iterations, gradient=routing_gradient, routing=routing,
-                             bias=bool(capsule_bias) or official, leaky_routing=bool(leaky_routing))
+                             bias=capsule_bias or official, leaky_routing=leaky_routing)
         in_caps, in_dim = self.num_primary, primary_dim
         self.hidden = nn.Sequential(*[CapsuleLayer(in_caps if k == 0 else hidden_capsules[k - 1][0],
                                                    in_dim if k == 0 else hidden_capsules[k - 1][1],
@@ -169,13 +189,18 @@ class CapsNet(nn.Module):
         if official:
             self._official_initialization()
 
+    @classmethod
+    def from_config(cls, config: CapsNetConfig) -> "CapsNet":
+        """The network ``config`` describes."""
+        return cls(config)
+
     def _official_initialization(self):
         """Sarasra/models research/capsules, models/layers/variables.py: weight_variable draws from a
         normal truncated at two standard deviations (stddev 0.1; 5e-2 for conv1 in
         capsule_model.py inference), bias_variable is the constant 0.1; the reconstruction's fully
         connected layers (layers.py reconstruction) use the same two initializers."""
         for name, p in self.named_parameters():
-            if name.startswith("decoder.") and self.config["decoder"] != "fc":
+            if name.startswith("decoder.") and self.config.decoder != "fc":
                 continue  # the official code has only the fully connected decoder
             if name.endswith("bias"):
                 nn.init.constant_(p, 0.1)
@@ -203,6 +228,7 @@ class CapsNet(nn.Module):
             With ``return_coupling``, also DigitCaps' routing coefficients of every iteration; with
             ``return_trace``, also a list of RoutingTrace, one per routing layer, bottom to top
             (names in ``routing_layers()``). Both: (v, lengths, reconstruction, couplings, traces).
+            All of it as a CapsNetOutput (see there for how it unpacks).
         """
         x = image_batch(x, self.config, self.digit.weight.dtype, "CapsNet")
         u = self.primary(F.relu(self.conv1(x)))
@@ -228,9 +254,7 @@ class CapsNet(nn.Module):
             chosen = tc.backend.asarray_like(y.data if isinstance(y, tc.Tensor) else y, lengths.data)
         mask = F.one_hot(chosen, self.config["num_classes"], dtype=x.dtype)
         reconstruction = self.decoder(F.reshape(v * F.expand_dims(mask, -1), (x.shape[0], -1)))
-        outputs = (v, lengths, reconstruction)
-        if return_coupling:
-            outputs += (couplings,)
-        if return_trace:
-            outputs += (traces,)
-        return outputs
+        return CapsNetOutput(v, lengths, reconstruction, couplings, traces if return_trace else None)
+
+
+CapsNet.__init__.__signature__ = keyword_signature(CapsNetConfig)

@@ -19,6 +19,9 @@ def _label_array(labels, like):
 
 
 MARGIN_CONVENTIONS = ("paper", "official")
+# The paper's weight of the reconstruction term (the official code's ``balance_factor``); the
+# default of capsule_loss, of the trainer and of ``train --reconstruction-weight``.
+DEFAULT_RECONSTRUCTION_WEIGHT = 0.0005
 
 
 def margin_loss(lengths, labels, m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5,
@@ -67,13 +70,19 @@ def reconstruction_loss(reconstruction, images) -> Tensor:
     return F.sum(diff * diff, axis=1)
 
 
-def capsule_loss(lengths, reconstruction, images, labels, reconstruction_weight: float = 0.0005,
-                 m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5,
-                 convention: str = "paper") -> Tensor:
+def capsule_loss(lengths, reconstruction, images, labels,
+                 reconstruction_weight: float = DEFAULT_RECONSTRUCTION_WEIGHT, m_plus: float = 0.9,
+                 m_minus: float = 0.1, down_weight: float = 0.5, convention: str = "paper",
+                 return_terms: bool = False):
     """Batch mean of margin_loss (of ``convention``) + reconstruction_weight * reconstruction_loss; a scalar Tensor.
 
-    The reconstruction term is the same in both conventions (the official code's
-    ``0.0005 * reduce_mean(reduce_sum(squared error))``, layers.py ``reconstruction``).
+    The reconstruction term is the same in both conventions (the official code's weighted
+    ``reduce_mean(reduce_sum(squared error))``, layers.py ``reconstruction``).
+    With ``return_terms``, ``(loss, margin, reconstruction)``: the loss and the per-example margin
+    and (unweighted) reconstruction losses (B,) it was made of, for metrics or for the gradient of
+    each term.
     """
     margin = margin_loss(lengths, labels, m_plus, m_minus, down_weight, convention)
-    return F.mean(margin + reconstruction_weight * reconstruction_loss(reconstruction, images))
+    recon = reconstruction_loss(reconstruction, images)
+    loss = F.mean(margin + reconstruction_weight * recon)
+    return (loss, margin, recon) if return_terms else loss

@@ -4,6 +4,7 @@ from __future__ import annotations
 from tinygrad_caps import functional as F
 from tinygrad_caps import nn
 
+from .config import BaselineCNNConfig, keyword_signature
 from .image_batch import image_batch
 
 
@@ -22,16 +23,15 @@ class BaselineCNN(nn.Module):
     ``channels``, ``hidden`` and ``dropout`` change the sizes for small experiments.
     """
 
-    def __init__(self, in_channels=1, image_size=28, num_classes=10, channels=(256, 256, 128), hidden=(328, 192),
-                 dropout=0.5):
+    def __init__(self, config: BaselineCNNConfig | dict | None = None, **overrides):
+        """``config`` (a BaselineCNNConfig, or its dict form; default: the paper's sizes) with
+        ``overrides`` (its fields as keywords: in_channels, image_size, num_classes, channels, hidden,
+        dropout) applied."""
         super().__init__()
-        if len(channels) != 3 or len(hidden) != 2:
-            raise ValueError(f"BaselineCNN: needs 3 convolution widths and 2 hidden sizes, got {channels} and {hidden}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"BaselineCNN: dropout must lie in [0, 1), got {dropout}")
-        self.config = dict(model="cnn", in_channels=in_channels, image_size=image_size, num_classes=num_classes,
-                           cnn_channels=[int(c) for c in channels], cnn_hidden=[int(h) for h in hidden],
-                           dropout=float(dropout))
+        self.config = BaselineCNNConfig.resolved(config, **overrides)
+        in_channels, image_size, num_classes, channels, hidden, dropout = (
+            getattr(self.config, name) for name in ("in_channels", "image_size", "num_classes", "channels", "hidden",
+                                                    "dropout"))
         self.dropout = dropout
         self.conv1 = nn.Conv2d(in_channels, channels[0], 5, padding=2)
         self.conv2 = nn.Conv2d(channels[0], channels[1], 5, padding=2)
@@ -39,6 +39,11 @@ class BaselineCNN(nn.Module):
         self.fc1 = nn.Linear(channels[2] * image_size * image_size, hidden[0])
         self.fc2 = nn.Linear(hidden[0], hidden[1])
         self.fc3 = nn.Linear(hidden[1], num_classes)
+
+    @classmethod
+    def from_config(cls, config: BaselineCNNConfig) -> "BaselineCNN":
+        """The network ``config`` describes."""
+        return cls(config)
 
     @property
     def device(self) -> str:
@@ -52,3 +57,6 @@ class BaselineCNN(nn.Module):
         h = F.relu(self.fc1(F.reshape(h, (x.shape[0], -1))))
         h = F.relu(self.fc2(h))
         return self.fc3(F.dropout(h, self.dropout, self.training))
+
+
+BaselineCNN.__init__.__signature__ = keyword_signature(BaselineCNNConfig)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .routing_statistics import per_iteration, routing_statistics
+from ..analysis.routing_statistics import per_iteration, routing_statistics
 from .run_state import write_text_atomically
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import UsageError
+from ..analysis.figure_style import PICTURE_SUFFIXES
+from ..errors import UsageError
 
-PICTURE_SUFFIXES = (".png", ".pdf", ".svg")
 SUFFIX_TEXT = ", ".join(PICTURE_SUFFIXES[:-1]) + " or " + PICTURE_SUFFIXES[-1]
 
 
@@ -20,11 +20,6 @@ def picture_help(default: str | None = None) -> str:
     """The help text of an option that names a picture."""
     text = f"the picture: a {SUFFIX_TEXT} file (the suffix chooses the format; a name without one is refused)"
     return f"{text}; default: {default}" if default else text
-
-
-def picture_format(path) -> str:
-    """The matplotlib format of a checked picture path ("png", "pdf" or "svg")."""
-    return Path(path).suffix.lower()[1:]
 
 
 def check_picture_path(path, option: str, sidecars=()) -> Path:

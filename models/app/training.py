@@ -30,41 +30,23 @@ import tinygrad_caps as tc
 from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
 from tinygrad_caps.data.registry import OPTION_GEOMETRY
 
-from .baseline_cnn import BaselineCNN
-from .capsnet import CapsNet
+from ..capsnet.baseline_cnn import BaselineCNN
+from ..capsnet.config import MODEL_OPTIONS
+from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
+from ..capsnet.model import CapsNet
+from ..errors import TrainingDiverged, UsageError
+from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
+from .checkpoints import MODELS, build_model
 from .gradflow_log import GradflowLog, keep_gradflow_through_step
+from .option_checks import device_or_usage_error
 from .progress import progress_bar as _progress
-from .checkpoint_schema import validate_config, validate_model_state, validate_optimizer, validate_training_checkpoint
-from .errors import TrainingDiverged, UsageError
 from .resources import check_fits
 from .run_state import (Interrupted, StopSignals, append_metrics_line, crash_point, keep_metrics_through_epoch,
                         remove_stale_temporaries, write_text_atomically)
-from .losses import margin_loss, reconstruction_loss
 
-MODEL_OPTIONS = ("routing_iterations", "routing_gradient", "decoder", "conv1_channels", "primary_types",
-                 "primary_dim", "digit_dim", "kernel_size", "hidden_capsules", "capsule_bias", "routing",
-                 "conventions", "leaky_routing")
-MODELS = ("capsnet", "cnn")
-
-
-def build_model(config: dict):
-    """The model ``config["model"]`` names ("capsnet", the default, or "cnn", the paper's BaselineCNN)
-    with the image geometry (in_channels, image_size, num_classes) and model options in ``config``."""
-    kind = config.get("model") or "capsnet"
-    geometry = dict(in_channels=config["in_channels"], image_size=config["image_size"], num_classes=config["num_classes"])
-    if kind == "cnn":
-        sizes = {k: config[key] for k, key in (("channels", "cnn_channels"), ("hidden", "cnn_hidden"),
-                                               ("dropout", "dropout")) if config.get(key) is not None}
-        return BaselineCNN(**geometry, **sizes)
-    if kind != "capsnet":
-        raise ValueError(f"unknown model {kind!r}; choose one of {MODELS}")
-    kwargs = {k: config[k] for k in MODEL_OPTIONS if config.get(k) is not None}
-    return CapsNet(**geometry, **kwargs)
-
-
-def limited(images, labels, limit):
-    """The first ``limit`` images and labels (all of them when ``limit`` is 0 or None)."""
-    return (images, labels) if not limit else (images[:limit], labels[:limit])
+# Scripts import these under the old name tinygrad_caps.models.training.
+from .checkpoints import checkpoint_dataset_spec, load_checkpoint_model  # noqa: E402,F401,I001
+from .option_checks import use_command_device  # noqa: E402,F401
 
 
 def batch_losses(model, x, y, reconstruction_weight, train: bool, traces=None):
@@ -90,17 +72,16 @@ def _batch_losses(model, x, y, reconstruction_weight, train, traces):
     images = tc.tensor(x, device=model.device)  # one upload per batch, used by the model and the loss
     labels = tc.backend.asarray_like(y, images.data)  # the same for the labels (the mask and the margin loss)
     outputs = model(images, labels if train else None, return_trace=traces is not None)
-    v, lengths, reconstruction = outputs[:3]
     if traces is not None:
-        traces.extend(trace.track_grad_norms() for trace in outputs[3])
-    margin = margin_loss(lengths, labels, convention=model.config.get("conventions", "paper"))
-    recon = reconstruction_loss(reconstruction, images)
-    loss = tc.functional.mean(margin + reconstruction_weight * recon)
-    predicted = tc.backend.to_numpy(lengths.data.argmax(axis=1))
+        traces.extend(trace.track_grad_norms() for trace in outputs.traces)
+    loss, margin, recon = capsule_loss(outputs.lengths, outputs.reconstruction, images, labels, reconstruction_weight,
+                                       convention=model.config.conventions, return_terms=True)
+    predicted = tc.backend.to_numpy(outputs.lengths.data.argmax(axis=1))
     return loss, margin, recon, predicted
 
 
-def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weight=0.0005, progress=None,
+def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT,
+             progress=None,
              preprocess=None, shard=(0, 1)):
     """Accuracy, mean losses and the confusion matrix (rows: true class) on a dataset, no augmentation.
 
@@ -153,7 +134,7 @@ class Trainer:
                            num_classes=self.spec.num_classes)
         if self.config.get("augment") == "default":
             self.config["augment"] = self.spec.augment
-        self.weight = config.get("reconstruction_weight", 0.0005)
+        self.weight = config.get("reconstruction_weight", DEFAULT_RECONSTRUCTION_WEIGHT)
         folder = find_dataset_dir(config["dataset"], config.get("data_dir"))
         self._say(f"data: {config['dataset']}{f' from {folder}' if folder else ''}, {len(self.train_labels)} training "
                   f"and {len(self.test_labels)} test images, {self.spec.num_classes} classes")
@@ -396,19 +377,9 @@ def train(config: dict, out_dir, resume: bool = False, show_progress: bool = Tru
         return Trainer(config, out_dir, resume, show_progress, log).run()
 
 
-def device_or_usage_error(device) -> str:
-    """``tc.backend.normalize_device(device)``, with an unknown or unusable device reported as a UsageError."""
-    try:
-        return tc.backend.normalize_device(device)
-    except tc.DeviceError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def use_command_device(device) -> None:
-    """Make a command's ``--device`` GPU the process's current one (``tc.backend.use_device``), so
-    that whatever CuPy allocates without naming a device lands there too; the CLI calls it once,
-    before the command. An unknown or unusable device is reported as a UsageError."""
-    tc.backend.use_device(device_or_usage_error(device))
+def limited(images, labels, limit):
+    """The first ``limit`` images and labels (all of them when ``limit`` is 0 or None)."""
+    return (images, labels) if not limit else (images[:limit], labels[:limit])
 
 
 def _silence_stdout() -> None:
@@ -431,36 +402,3 @@ def _zero_sums():
     return {"loss": 0.0, "margin_loss": 0.0, "reconstruction_loss": 0.0, "correct": 0, "seen": 0}
 
 
-def load_checkpoint_model(path, overrides=None, device="auto"):
-    """Rebuild the model a checkpoint was trained with (options in ``overrides`` win) and load it;
-    returns ``(model, config)``. A checkpoint with non-finite weights is a CheckpointError."""
-    checkpoint = tc.load(path)
-    if not isinstance(checkpoint, dict) or "model" not in checkpoint or "config" not in checkpoint:
-        raise tc.CheckpointError(f"{path} is not a tinygrad-caps training checkpoint (no model or config)")
-    non_finite = validate_model_state(checkpoint["model"], path)
-    if non_finite:  # a model with NaN weights predicts nothing meaningful: no accuracy, picture or gradient
-        raise tc.CheckpointError(f"{non_finite[0]}; a model with non-finite weights cannot be used "
-                                 "(the run diverged: take an earlier checkpoint)")
-    validate_config(checkpoint["config"], path)
-    config = dict(checkpoint["config"], **(overrides or {}))
-    device = device_or_usage_error(device)
-    if (config.get("model") or "capsnet") == "capsnet":
-        check_fits(config, 1, next(iter(checkpoint["model"].values())).dtype, f"the model of {path}", training=False)
-    model = build_model(config)
-    model.to(dtype=next(iter(checkpoint["model"].values())).dtype)
-    try:
-        model.load_state_dict(checkpoint["model"])
-    except tc.StateDictError as exc:
-        raise tc.CheckpointError(f"{path}: {exc}") from exc
-    model.to(device=device)
-    return model, config
-
-
-def checkpoint_dataset_spec(config, name, data_dir, checkpoint):
-    """The DatasetSpec of dataset ``name`` for a model trained with ``config`` (a checkpoint's), checked
-    against the model's input geometry and class count (UsageError naming ``checkpoint`` if they differ)."""
-    # only an image folder takes the checkpoint's geometry; any other dataset has its own, which check_model compares
-    geometry = (config["image_size"], config["in_channels"]) if name in OPTION_GEOMETRY else ()
-    spec = dataset_spec(name, data_dir, *geometry)
-    spec.check_model(config["in_channels"], config["image_size"], config["num_classes"], f"checkpoint {checkpoint}")
-    return spec

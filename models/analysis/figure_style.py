@@ -2,15 +2,23 @@
 zeros on a log axis drawn on a marked floor (matplotlib drops them), a panel whose values are all
 zero says so, coinciding curves stay visible (earlier ones drawn wider, each with its own marker),
 whole-number axes get whole-number ticks, and a one-point series gets room and its value written.
+A picture's format is its file's suffix (``PICTURE_SUFFIXES``).
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 FLOOR_STYLE = dict(color="0.55", linewidth=0.9, linestyle=":")
+PICTURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def picture_format(path) -> str:
+    """The matplotlib format of a picture path ("png", "pdf" or "svg"), from its suffix."""
+    return Path(path).suffix.lower()[1:]
 
 
 def series_style(k: int, count: int, points: int) -> dict:
