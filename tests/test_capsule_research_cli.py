@@ -121,7 +121,7 @@ def fashion_mnist_or_skip():
 def test_depth_study_runs_on_a_tiny_budget(tmp_path):
     fashion_mnist_or_skip()
     out = tmp_path / "depth"
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "depth_study.py"), "--budget", "0.004", "--depths", "0,2",
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "studies" / "depth_study.py"), "--budget", "0.004", "--depths", "0,2",
                              "--test-images", "20", "--stats-images", "8", "--batch-size", "6", "--conv1-channels", "8",
                              "--primary-types", "4", "--hidden", "6x4", "--out", str(out)],
                             capture_output=True, text=True, timeout=600)
@@ -148,7 +148,7 @@ def test_depth_study_runs_on_a_tiny_budget(tmp_path):
 def test_conventions_study_runs_on_a_tiny_budget(tmp_path):
     fashion_mnist_or_skip()
     out = tmp_path / "conventions"
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "conventions_study.py"), "--train-images", "12",
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "studies" / "conventions_study.py"), "--train-images", "12",
                              "--test-images", "20", "--stats-images", "8", "--batch-size", "6", "--conv1-channels", "8",
                              "--primary-types", "4", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr

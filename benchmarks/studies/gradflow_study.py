@@ -2,8 +2,8 @@
 CapsNet on a Fashion-MNIST subset, with `tinygrad-caps gradflow` at initialisation and after
 training, and `--log-gradflow` during it; prints a Markdown summary.
 
-    python benchmarks/gradflow_study.py --out /tmp/gradflow-study [--train-images 3000] [--test-images 1000]
-    python benchmarks/gradflow_study.py --out /tmp/gradflow-study --summary-only   # tables of a finished study
+    python benchmarks/studies/gradflow_study.py --out /tmp/gradflow-study [--train-images 3000] [--test-images 1000]
+    python benchmarks/studies/gradflow_study.py --out /tmp/gradflow-study --summary-only   # tables of a finished study
 
 At one iteration the two modes are the same computation (there is no inner iteration to detach),
 so that configuration runs once.

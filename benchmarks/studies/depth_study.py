@@ -6,12 +6,11 @@ reduced CapsNet for the same budget on Fashion-MNIST and records the test accura
 initialization and after training, per routing layer: the gradient norm reaching its weight, the
 coupling entropy and the D-score of its last routing iteration.
 
-    python benchmarks/depth_study.py --out /tmp/depth            # the default budget
-    python benchmarks/depth_study.py --budget 0.1 --out /tmp/d   # a tenth of it
+    python benchmarks/studies/depth_study.py --out /tmp/depth            # the default budget
+    python benchmarks/studies/depth_study.py --budget 0.1 --out /tmp/d   # a tenth of it
 
 ``--budget`` scales the number of training images of every configuration (default 1.0: 3,000
-images, one pass; about 30 minutes for all 20 configurations on 2 idle CPU cores, extrapolated
-from runs at budgets 0.1 and 0.2, not measured at full budget).
+images, one pass).
 ``--capsule-init peer`` replaces the routing layers' initialization by that of Peer et al.'s code
 (weights N(0, 0.2), bias 0.1) to separate the effect of the bias from that of its initial value. Writes
 ``depth_study.json`` and, with matplotlib (the viz extra), ``depth_study.png``.
@@ -20,19 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import tinygrad_caps as tc  # noqa: E402
-from _capsule_figures import add_study_options, layer_figures, test_accuracy, train_images  # noqa: E402
-from tinygrad_caps.data import load_dataset  # noqa: E402
-from tinygrad_caps.models import CapsNet  # noqa: E402
-from tinygrad_caps.models.capsnet import parse_hidden_capsules  # noqa: E402
+import tinygrad_caps as tc
+from tinygrad_caps.models import CapsNet
+from tinygrad_caps.models.analysis.study_figures import layer_figures, plot_depth_study
+from tinygrad_caps.models.app.studies import add_study_options, study_data, test_accuracy, train_images
+from tinygrad_caps.models.capsnet import parse_hidden_capsules
 
 FULL_BUDGET_IMAGES = 3000
 
@@ -72,46 +66,10 @@ def run_configuration(args, depth, bias, gradient, data):
             "seconds": time.perf_counter() - started}
 
 
-def load(args):
-    images, labels = load_dataset(args.dataset, "train", args.data_dir)
-    test_images, test_labels = load_dataset(args.dataset, "test", args.data_dir)
-    n_train = max(1, int(round(FULL_BUDGET_IMAGES * args.budget)))
-    stats = (tc.tensor(images[-args.stats_images:].astype(np.float32) / 255.0), labels[-args.stats_images:])
-    return (images[:n_train], labels[:n_train]), (test_images[:args.test_images], test_labels[:args.test_images]), stats
-
-
-def plot(results, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for bias in (False, True):
-        for gradient, style in (("full", "-"), ("detach", "--")):
-            rows = sorted((r for r in results if r["capsule_bias"] == bias and r["routing_gradient"] == gradient),
-                          key=lambda r: r["depth"])
-            label = f"{'bias' if bias else 'no bias'}, {gradient}"
-            left.plot([r["depth"] for r in rows], [r["test_accuracy"] for r in rows], style, marker="o", label=label)
-            right.semilogy([r["depth"] for r in rows], [r["initial"][0]["grad_norm"] for r in rows], style,
-                           marker="o", label=label)
-    depths = sorted({r["depth"] for r in results})
-    left.set(xlabel="hidden capsule layers", ylabel="test accuracy", title="accuracy after the budget", xticks=depths)
-    right.set(xlabel="hidden capsule layers", ylabel="|dL/dW| of the lowest routing layer", xticks=depths,
-              title="gradient reaching the lowest routing layer (init;\nexact zeros are not drawn)")
-    left.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
-
-
 def main(argv=None):
     args = parse_args(argv)
     depths = [int(d) for d in args.depths.split(",")]
-    data = load(args)
+    data = study_data(args, max(1, int(round(FULL_BUDGET_IMAGES * args.budget))))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -126,7 +84,7 @@ def main(argv=None):
     report = {"budget": args.budget, "train_images": len(data[0][1]), "test_images": len(data[1][1]),
               "options": vars(args), "results": results}
     (out / "depth_study.json").write_text(json.dumps(report, indent=1))
-    drew = plot(results, out / "depth_study.png")
+    drew = plot_depth_study(results, out / "depth_study.png")
     print(f"wrote {out / 'depth_study.json'}" + (f" and {out / 'depth_study.png'}" if drew else " (no matplotlib: no plot)"))
     return report
 

@@ -6,8 +6,8 @@ same Fashion-MNIST images and records the test accuracy and, at initialization a
 training, the norms of the gradient reaching ``digit.weight`` from the margin term and from the
 weighted reconstruction term of the loss (and the margin term's share of the squared norm).
 
-    python benchmarks/conventions_study.py --out /tmp/conventions
-    python benchmarks/conventions_study.py --train-images 200 --test-images 100 --out /tmp/c
+    python benchmarks/studies/conventions_study.py --out /tmp/conventions
+    python benchmarks/studies/conventions_study.py --train-images 200 --test-images 100 --out /tmp/c
 
 Writes ``conventions_study.json``.
 """
@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import tinygrad_caps as tc  # noqa: E402
-from _capsule_figures import add_study_options, gradient_shares, test_accuracy, train_images  # noqa: E402
-from tinygrad_caps.data import load_dataset  # noqa: E402
-from tinygrad_caps.models import CapsNet  # noqa: E402
+import tinygrad_caps as tc
+from tinygrad_caps.models import CapsNet
+from tinygrad_caps.models.analysis.study_figures import gradient_shares
+from tinygrad_caps.models.app.studies import add_study_options, study_data, test_accuracy, train_images
 
 
 def parse_args(argv=None):
@@ -39,11 +34,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    images, labels = load_dataset(args.dataset, "train", args.data_dir)
-    test_x, test_y = load_dataset(args.dataset, "test", args.data_dir)
-    train_x, train_y = images[:args.train_images], labels[:args.train_images]
-    stats_x = tc.tensor(images[-args.stats_images:].astype(np.float32) / 255.0)
-    stats_y = labels[-args.stats_images:]
+    (train_x, train_y), (test_x, test_y), (stats_x, stats_y) = study_data(args, args.train_images)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -54,8 +45,8 @@ def main(argv=None):
                             conv1_channels=args.conv1_channels, primary_types=args.primary_types)
             started = time.perf_counter()
             initial = gradient_shares(model, stats_x, stats_y)
-            loss = train_images(model, train_x, train_y, args.batch_size, args.lr, args.seed, conventions)
-            accuracy = test_accuracy(model, test_x[:args.test_images], test_y[:args.test_images])
+            loss = train_images(model, train_x, train_y, args.batch_size, args.lr, args.seed)
+            accuracy = test_accuracy(model, test_x, test_y)
             trained = gradient_shares(model, stats_x, stats_y)
             row = {"conventions": conventions, "routing_gradient": gradient, "train_loss": loss,
                    "test_accuracy": accuracy, "initial": initial, "trained": trained,
@@ -64,7 +55,7 @@ def main(argv=None):
             print(f"{conventions:8} {gradient:6} acc {accuracy:.3f} loss {loss:.4f} | digit.weight margin share "
                   f"init {initial['margin_share']:.3f} trained {trained['margin_share']:.3f} | "
                   f"{row['seconds']:.0f}s", flush=True)
-    report = {"train_images": len(train_y), "test_images": min(args.test_images, len(test_y)), "options": vars(args),
+    report = {"train_images": len(train_y), "test_images": len(test_y), "options": vars(args),
               "results": results}
     (out / "conventions_study.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out / 'conventions_study.json'}")
