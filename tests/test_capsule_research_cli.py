@@ -67,10 +67,14 @@ def test_bad_research_options_are_usage_errors(data_dir, tmp_path, capsys):
         assert info.value.code == 2
 
 
+def cnn_train(data_dir, out, *extra):
+    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
+                     "--batch-size", "8", "--no-progress", *extra])
+
+
 def test_baseline_cnn_trains_and_evaluates(data_dir, tmp_path, capsys):
     out = tmp_path / "cnn"
-    assert cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
-                     "--batch-size", "8", "--no-progress", "--model", "cnn"]) == 0
+    assert cnn_train(data_dir, out, "--model", "cnn") == 0
     config = json.loads((out / "config.json").read_text())
     assert config["model"] == "cnn"
     assert "fc1.weight" in tc.load(out / "checkpoints" / "last.npz")["model"]
@@ -79,6 +83,22 @@ def test_baseline_cnn_trains_and_evaluates(data_dir, tmp_path, capsys):
     assert "confusion matrix" in capsys.readouterr().out
     assert evaluate(data_dir, out, "--reconstructions", str(tmp_path / "r.png")) == 2
     assert "no decoder" in capsys.readouterr().err
+
+
+def test_cnn_options_apply_to_the_cnn_only(data_dir, tmp_path, capsys):
+    out = tmp_path / "cnn"
+    assert cnn_train(data_dir, out, "--model", "cnn", "--cnn-channels", "2,3,2", "--cnn-hidden", "5,4",
+                     "--dropout", "0.1") == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["cnn_channels"], config["cnn_hidden"], config["dropout"]) == ([2, 3, 2], [5, 4], 0.1)
+    assert tc.load(out / "checkpoints" / "last.npz")["model"]["conv2.weight"].shape == (3, 2, 5, 5)
+    capsys.readouterr()
+    assert cnn_train(data_dir, tmp_path / "caps", "--cnn-hidden", "5,4", "--dropout", "0.1") == 2
+    assert "--cnn-hidden, --dropout apply to --model cnn only" in capsys.readouterr().err
+    for bad in (["--cnn-channels", "2,3"], ["--dropout", "1"], ["--cnn-hidden", "0,4"]):
+        with pytest.raises(SystemExit) as info:
+            cnn_train(data_dir, tmp_path / "x", "--model", "cnn", *bad)
+        assert info.value.code == 2
 
 
 def test_official_conventions_leaky_routing_and_resume(data_dir, tmp_path, capsys):

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from helpers import write_striped_dataset
 from tinygrad_caps.models import BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, CapsNetOutput, cli
 from tinygrad_caps.models._moved import MOVED
 from tinygrad_caps.models.app.checkpoint_schema import validate_config
@@ -112,32 +111,6 @@ def test_cli_options_checkpoint_checks_and_presets_follow_the_config():
         for dataset in (None, "cifar10"):
             options = preset_options(name, dataset)
             CapsNetConfig.from_dict({k: v for k, v in options.items() if k in MODEL_OPTIONS})
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (16, 8), compress=False)
-    return tmp_path / "data"
-
-
-def train(data_dir, out, *extra):
-    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
-                     "--batch-size", "8", "--no-progress", *extra])
-
-
-def test_cnn_options_apply_to_the_cnn_only(data_dir, tmp_path, capsys):
-    out = tmp_path / "cnn"
-    assert train(data_dir, out, "--model", "cnn", "--cnn-channels", "2,3,2", "--cnn-hidden", "5,4", "--dropout", "0.1") == 0
-    config = json.loads((out / "config.json").read_text())
-    assert (config["cnn_channels"], config["cnn_hidden"], config["dropout"]) == ([2, 3, 2], [5, 4], 0.1)
-    assert tc.load(out / "checkpoints" / "last.npz")["model"]["conv2.weight"].shape == (3, 2, 5, 5)
-    capsys.readouterr()
-    assert train(data_dir, tmp_path / "caps", "--cnn-hidden", "5,4", "--dropout", "0.1") == 2
-    assert "--cnn-hidden, --dropout apply to --model cnn only" in capsys.readouterr().err
-    for bad in (["--cnn-channels", "2,3"], ["--dropout", "1"], ["--cnn-hidden", "0,4"]):
-        with pytest.raises(SystemExit) as info:
-            train(data_dir, tmp_path / "x", "--model", "cnn", *bad)
-        assert info.value.code == 2
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

@@ -9,7 +9,8 @@ given with another value is refused in one line naming it and both values, excep
 and ``--log-gradflow``. Their new values are written to ``config.json``, and the change is printed.
 ``--distributed`` and ``--sync-batchnorm`` describe the launch and are taken from the command line.
 
-Options that only a CapsNet has are refused with ``--model cnn`` (``capsule_only_options``).
+Options that only a CapsNet has are refused with ``--model cnn`` (``capsule_only_options``), and
+the CNN's own options with a CapsNet (``commands.train.model_options``).
 """
 from __future__ import annotations
 

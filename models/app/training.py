@@ -1,4 +1,5 @@
-"""Training and evaluation of CapsNet: the loop, metrics, checkpoints and resume.
+"""Training and evaluation of CapsNet: the loop, metrics, writing checkpoints and resume (a model is
+rebuilt from a checkpoint in ``checkpoints``).
 
 A checkpoint holds the model, the optimizer, the scheduler, the engine's RNG state, the epoch, the
 number of batches already done in that epoch and the running sums of its metrics, so a resumed run
@@ -28,7 +29,6 @@ import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
-from tinygrad_caps.data.registry import OPTION_GEOMETRY
 
 from ..capsnet.baseline_cnn import BaselineCNN
 from ..capsnet.config import MODEL_OPTIONS
@@ -36,7 +36,7 @@ from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
 from ..capsnet.model import CapsNet
 from ..errors import TrainingDiverged, UsageError
 from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
-from .checkpoints import MODELS, build_model
+from .checkpoints import build_model
 from .gradflow_log import GradflowLog, keep_gradflow_through_step
 from .option_checks import device_or_usage_error
 from .progress import progress_bar as _progress
@@ -45,7 +45,7 @@ from .run_state import (Interrupted, StopSignals, append_metrics_line, crash_poi
                         remove_stale_temporaries, write_text_atomically)
 
 # Scripts import these under the old name tinygrad_caps.models.training.
-from .checkpoints import checkpoint_dataset_spec, load_checkpoint_model  # noqa: E402,F401,I001
+from .checkpoints import MODELS, checkpoint_dataset_spec, load_checkpoint_model  # noqa: E402,F401,I001
 from .option_checks import use_command_device  # noqa: E402,F401
 
 
