@@ -32,7 +32,7 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
         iterations: routing iterations r >= 1 (all of them run).
         gradient: "full" or "detach" (see the module docstring).
         return_coupling: also return the coupling coefficients c (B, I, J) of every iteration.
-        trace: also return a RoutingTrace of every iteration's tensors (``models/trace.py``); each
+        trace: also return a RoutingTrace of every iteration's tensors (``trace.py``); each
             use of u_hat then enters through an identity node of its own (same values, no copy).
         leaky_routing: add a logit fixed at 0 to the softmax over J ("none of the above"), so the
             coefficients of an input capsule over the J real outputs sum to less than 1.
