@@ -18,15 +18,15 @@ import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps.data import dataset_spec
-from tinygrad_caps.models.capsnet import CapsNet
-from tinygrad_caps.models.gradflow_log import GradflowLog
-from tinygrad_caps.models.training import batch_losses
+from tinygrad_caps.models.app.gradflow_log import GradflowLog
+from tinygrad_caps.models.app.training import batch_losses
+from tinygrad_caps.models.capsnet import DEFAULT_RECONSTRUCTION_WEIGHT, CapsNet
 
 
 def one_step(model, optimizer, x, y, log=None, step=0):
     traces = [] if log is not None else None
     started, cpu_started = time.perf_counter(), time.process_time()
-    loss, _, _, _ = batch_losses(model, x, y, 0.0005, train=True, traces=traces)
+    loss, _, _, _ = batch_losses(model, x, y, DEFAULT_RECONSTRUCTION_WEIGHT, train=True, traces=traces)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()

@@ -5,6 +5,8 @@ import numpy as np
 import torch
 import torch.nn.functional as tf
 
+from tinygrad_caps.models.capsnet import DEFAULT_RECONSTRUCTION_WEIGHT
+
 
 def squash(s, eps=1e-8):
     sq = (s * s).sum(-1, keepdim=True)
@@ -44,7 +46,7 @@ class TorchCapsNet(torch.nn.Module):
         d = tf.relu(self.decoder.fc2(tf.relu(self.decoder.fc1((v * mask[..., None]).reshape(b, -1)))))
         recon = torch.sigmoid(self.decoder.fc3(d))
         margin = (mask * tf.relu(0.9 - lengths) ** 2 + 0.5 * (1 - mask) * tf.relu(lengths - 0.1) ** 2).sum(1)
-        return (margin + 0.0005 * ((recon - x.reshape(b, -1)) ** 2).sum(1)).mean()
+        return (margin + DEFAULT_RECONSTRUCTION_WEIGHT * ((recon - x.reshape(b, -1)) ** 2).sum(1)).mean()
 
     def load_arrays(self, state: dict):
         """Copy a tinygrad_caps CapsNet state_dict (arrays) into this module."""

@@ -1,13 +1,20 @@
-"""CapsNet and its training tools, built on the engine; installed as ``tinygrad_caps.models``."""
-from .baseline_cnn import BaselineCNN
-from .capsnet import CapsNet, CapsuleLayer, DigitCaps, PrimaryCaps
-from .decoders import DeconvDecoder, FCDecoder, make_decoder
-from .losses import capsule_loss, margin_loss, reconstruction_loss
-from .routing import dynamic_routing, uniform_routing
-from .gradflow import gradient_flow_report
-from .routing_statistics import routing_statistics
-from .trace import RoutingTrace
+"""CapsNet and its training tools, built on the engine; installed as ``tinygrad_caps.models``.
 
-__all__ = ["BaselineCNN", "CapsNet", "CapsuleLayer", "DeconvDecoder", "DigitCaps", "FCDecoder", "PrimaryCaps", "RoutingTrace",
-           "capsule_loss", "dynamic_routing", "gradient_flow_report", "make_decoder", "margin_loss", "reconstruction_loss", "routing_statistics",
+Three layers, each importing only those below it: ``capsnet`` (the network family), ``analysis``
+(gradient flow, routing statistics, figures and pictures of models and arrays) and ``app`` (the
+command line, training, checkpoints and run folders). ``cli`` is the command's entry point; the
+module names from before the grouping still import (``_moved``).
+"""
+from . import _moved
+from .analysis.gradflow import gradient_flow_report
+from .analysis.routing_statistics import routing_statistics
+from .capsnet import (BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, CapsNetOutput, CapsuleLayer,
+                      DeconvDecoder, DigitCaps, FCDecoder, PrimaryCaps, RoutingTrace, capsule_loss, dynamic_routing,
+                      make_decoder, margin_loss, reconstruction_loss, uniform_routing)
+
+_moved.install(__name__)
+
+__all__ = ["BaselineCNN", "BaselineCNNConfig", "CapsNet", "CapsNetConfig", "CapsNetOutput", "CapsuleLayer",
+           "DeconvDecoder", "DigitCaps", "FCDecoder", "PrimaryCaps", "RoutingTrace", "capsule_loss", "dynamic_routing",
+           "gradient_flow_report", "make_decoder", "margin_loss", "reconstruction_loss", "routing_statistics",
            "uniform_routing"]

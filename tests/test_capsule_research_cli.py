@@ -67,10 +67,14 @@ def test_bad_research_options_are_usage_errors(data_dir, tmp_path, capsys):
         assert info.value.code == 2
 
 
+def cnn_train(data_dir, out, *extra):
+    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
+                     "--batch-size", "8", "--no-progress", *extra])
+
+
 def test_baseline_cnn_trains_and_evaluates(data_dir, tmp_path, capsys):
     out = tmp_path / "cnn"
-    assert cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
-                     "--batch-size", "8", "--no-progress", "--model", "cnn"]) == 0
+    assert cnn_train(data_dir, out, "--model", "cnn") == 0
     config = json.loads((out / "config.json").read_text())
     assert config["model"] == "cnn"
     assert "fc1.weight" in tc.load(out / "checkpoints" / "last.npz")["model"]
@@ -79,6 +83,22 @@ def test_baseline_cnn_trains_and_evaluates(data_dir, tmp_path, capsys):
     assert "confusion matrix" in capsys.readouterr().out
     assert evaluate(data_dir, out, "--reconstructions", str(tmp_path / "r.png")) == 2
     assert "no decoder" in capsys.readouterr().err
+
+
+def test_cnn_options_apply_to_the_cnn_only(data_dir, tmp_path, capsys):
+    out = tmp_path / "cnn"
+    assert cnn_train(data_dir, out, "--model", "cnn", "--cnn-channels", "2,3,2", "--cnn-hidden", "5,4",
+                     "--dropout", "0.1") == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["cnn_channels"], config["cnn_hidden"], config["dropout"]) == ([2, 3, 2], [5, 4], 0.1)
+    assert tc.load(out / "checkpoints" / "last.npz")["model"]["conv2.weight"].shape == (3, 2, 5, 5)
+    capsys.readouterr()
+    assert cnn_train(data_dir, tmp_path / "caps", "--cnn-hidden", "5,4", "--dropout", "0.1") == 2
+    assert "--cnn-hidden, --dropout apply to --model cnn only" in capsys.readouterr().err
+    for bad in (["--cnn-channels", "2,3"], ["--dropout", "1"], ["--cnn-hidden", "0,4"]):
+        with pytest.raises(SystemExit) as info:
+            cnn_train(data_dir, tmp_path / "x", "--model", "cnn", *bad)
+        assert info.value.code == 2
 
 
 def test_official_conventions_leaky_routing_and_resume(data_dir, tmp_path, capsys):
@@ -121,7 +141,7 @@ def fashion_mnist_or_skip():
 def test_depth_study_runs_on_a_tiny_budget(tmp_path):
     fashion_mnist_or_skip()
     out = tmp_path / "depth"
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "depth_study.py"), "--budget", "0.004", "--depths", "0,2",
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "studies" / "depth_study.py"), "--budget", "0.004", "--depths", "0,2",
                              "--test-images", "20", "--stats-images", "8", "--batch-size", "6", "--conv1-channels", "8",
                              "--primary-types", "4", "--hidden", "6x4", "--out", str(out)],
                             capture_output=True, text=True, timeout=600)
@@ -148,7 +168,7 @@ def test_depth_study_runs_on_a_tiny_budget(tmp_path):
 def test_conventions_study_runs_on_a_tiny_budget(tmp_path):
     fashion_mnist_or_skip()
     out = tmp_path / "conventions"
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "conventions_study.py"), "--train-images", "12",
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "studies" / "conventions_study.py"), "--train-images", "12",
                              "--test-images", "20", "--stats-images", "8", "--batch-size", "6", "--conv1-channels", "8",
                              "--primary-types", "4", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr

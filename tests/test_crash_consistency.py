@@ -1,5 +1,5 @@
 """Crash consistency of `tinygrad-caps train`: a run killed or signalled at exact places (through the
-TINYGRAD_CAPS_TEST_CRASH hook of models/run_state.py) and then resumed writes the same metrics.jsonl
+TINYGRAD_CAPS_TEST_CRASH hook of models/app/run_state.py) and then resumed writes the same metrics.jsonl
 as a run that was never interrupted, and leaves no half-written checkpoint behind."""
 import json
 import os

@@ -1,4 +1,4 @@
-"""Defaults are API: the README's "Defaults" table equals the code's signatures, and calling each
+"""Defaults are API: the README's "Defaults" tables equal the code's signatures, and calling each
 function with its defaults gives the values those defaults imply (checked against plain NumPy)."""
 import ast
 import inspect
@@ -30,6 +30,11 @@ def documented_defaults():
         else:
             call = ast.parse(f"f({values})", mode="eval").body
             table[name] = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    # CapsNet's keywords: the table of CapsNetConfig's fields (option | field | default | ...)
+    options = re.search(r"^\| option \| `CapsNetConfig` field \|.*?\n\n", section.group(1), re.S | re.M)
+    assert options, "README.md has no table of CapsNetConfig's fields in its 'Defaults' section"
+    table["CapsNet"] = {field: ast.literal_eval(default)
+                        for field, default in re.findall(r"^\| [^|]+ \| `(\w+)` \| `([^`]+)` \|", options.group(0), re.M)}
     return table
 
 

@@ -17,10 +17,10 @@ from tree_copy import ROOT, copy_tree, environment
 
 # (name, file, the correct text, the buggy text)
 BUGS = [
-    ("routing logits replaced by the last agreement", "models/routing.py",
+    ("routing logits replaced by the last agreement", "models/capsnet/routing.py",
      "logits = logits + a\n", "logits = a\n"),
-    ("default reconstruction weight 0.0005 -> 0.005", "models/losses.py",
-     "reconstruction_weight: float = 0.0005", "reconstruction_weight: float = 0.005"),
+    ("default reconstruction weight 0.0005 -> 0.005", "models/capsnet/losses.py",
+     "DEFAULT_RECONSTRUCTION_WEIGHT = 0.0005", "DEFAULT_RECONSTRUCTION_WEIGHT = 0.005"),
     ("SGD Nesterov uses the gradient twice", "tinygrad_caps/optim/optimizer.py",
      "grad = grad + self.momentum * buf if self.nesterov else buf",
      "grad = grad + self.momentum * grad if self.nesterov else buf"),

@@ -3,8 +3,8 @@
     python tests/mutation/run_mutation.py --out /tmp/mutation                  # every mutant
     python tests/mutation/run_mutation.py --out /tmp/mutation --sample 300     # a seeded sample
 
-Mutates tinygrad_caps/ops/, tinygrad_caps/optim/, models/routing.py, models/losses.py and
-models/capsnet.py, each module against its own fast test selection (SELECTIONS), in a copy of the
+Mutates tinygrad_caps/ops/, tinygrad_caps/optim/, models/capsnet/routing.py, models/capsnet/losses.py
+and models/capsnet/model.py, each module against its own fast test selection (SELECTIONS), in a copy of the
 tree (the working tree is never modified) with PyTorch and CuPy hidden (tests/mutation/without_torch.py) and
 the Hypothesis profile "mutation" (reproducible, no shrinking). ``--sample N`` draws N mutants in all,
 each module's share proportional to its number of mutants (at least one), with ``--seed``.
@@ -48,12 +48,13 @@ SELECTIONS = {
     "tinygrad_caps/ops/shape.py": FAST + ["tests/test_grad_shape_reduce.py"],
     "tinygrad_caps/optim/optimizer.py": OPTIM,
     "tinygrad_caps/optim/lr_scheduler.py": OPTIM,
-    "models/routing.py": MODELS,
-    "models/losses.py": MODELS,
-    "models/capsnet.py": MODELS,
+    "models/capsnet/routing.py": MODELS,
+    "models/capsnet/losses.py": MODELS,
+    "models/capsnet/model.py": MODELS,
 }
 DEFAULT_SELECTION = FAST + ["tests/test_grad_nn_ops.py", "tests/test_grad_shape_reduce.py"]
-TARGETS = ["tinygrad_caps/ops", "tinygrad_caps/optim", "models/routing.py", "models/losses.py", "models/capsnet.py"]
+TARGETS = ["tinygrad_caps/ops", "tinygrad_caps/optim", "models/capsnet/routing.py", "models/capsnet/losses.py",
+           "models/capsnet/model.py"]
 
 
 def target_modules(tree: pathlib.Path) -> list[str]:

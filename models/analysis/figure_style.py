@@ -1,0 +1,112 @@
+"""Drawing conventions shared by the figures, so that none of them hides or misreads a value:
+zeros on a log axis drawn on a marked floor (matplotlib drops them), a panel whose values are all
+zero says so, coinciding curves stay visible (earlier ones drawn wider, each with its own marker),
+whole-number axes get whole-number ticks, and a one-point series gets room and its value written.
+A picture's format is its file's suffix (``PICTURE_SUFFIXES``).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+FLOOR_STYLE = dict(color="0.55", linewidth=0.9, linestyle=":")
+PICTURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def picture_format(path) -> str:
+    """The matplotlib format of a picture path ("png", "pdf" or "svg"), from its suffix."""
+    return Path(path).suffix.lower()[1:]
+
+
+def series_style(k: int, count: int, points: int) -> dict:
+    """Line and marker of the k-th of ``count`` series drawn in turn on one axis, each ``points`` long:
+    the earlier the wider, so a later series drawn over an identical one leaves it visible around
+    itself; markers (at most about 15 per line) differ from series to series."""
+    share = (count - 1 - k) / (count - 1) if count > 1 else 0.0
+    return dict(linewidth=1.3 + 3.2 * share, marker=MARKERS[k % len(MARKERS)], markersize=4.5 + 5 * share,
+                markevery=max(1, points // 15))
+
+
+def coinciding_labels(series, tolerance: float = 0.02) -> list:
+    """The labels of ``series`` [(x, values, label, ...)], each one that coincides with an earlier
+    series (same x, every value within ``tolerance`` relative, the same gaps) marked
+    "(= EARLIER, drawn under it)" so the legend says what the eye cannot see."""
+    labels = []
+    for k, (x, values, label, *_) in enumerate(series):
+        for j in range(k):
+            other_x, other, other_label = series[j][0], series[j][1], series[j][2]
+            if list(x) == list(other_x) and _close(values, other, tolerance):
+                label = f"{label} (= {other_label})"
+                break
+        labels.append(label)
+    return labels
+
+
+def _close(a, b, tolerance) -> bool:
+    if len(a) != len(b):
+        return False
+    for u, v in zip(a, b):
+        if (u is None) != (v is None):
+            return False
+        if u is not None and abs(u - v) > tolerance * max(abs(u), abs(v)):
+            return False
+    return True
+
+
+def finite_positive(values) -> list:
+    """The entries of ``values`` that are finite numbers > 0."""
+    return [v for v in values if v is not None and math.isfinite(v) and v > 0]
+
+
+def log_floor(values):
+    """Where a log axis draws the zeros of ``values``: the decade below the smallest positive value
+    (None when no value is positive: the panel then has nothing a log axis can show)."""
+    positive = finite_positive(values)
+    if not positive:
+        return None
+    return 10.0 ** (math.floor(math.log10(min(positive))) - 1)
+
+
+def on_log_axis(values, floor) -> np.ndarray:
+    """``values`` as a log axis draws them: zeros (and negatives) at ``floor``, None as a gap."""
+    return np.array([np.nan if v is None else (v if v > 0 else floor) for v in values], dtype=np.float64)
+
+
+def mark_floor(ax, floor, label: str = "0 (drawn on this floor)") -> None:
+    """A dotted line at ``floor`` with a legend entry saying that points on it are zeros."""
+    ax.axhline(floor, label=label, **FLOOR_STYLE)
+
+
+def say_all_zero(ax, text: str, height: float = 0.5) -> None:
+    """Write ``text`` across the panel at ``height`` (a fraction of it; its values are all zero)."""
+    ax.text(0.5, height, text, transform=ax.transAxes, ha="center", va="center", fontsize=11, color="0.25",
+            bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.7"))
+
+
+def integer_ticks(axis) -> None:
+    """Ticks only at whole numbers on ``axis`` (ax.xaxis or ax.yaxis)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def single_point_room(ax, x) -> None:
+    """With one x value, widen the x axis to half a unit around it (matplotlib would show +-4%)."""
+    if len(set(x)) == 1:
+        ax.set_xlim(x[0] - 0.5, x[0] + 0.5)
+
+
+def write_values(ax, x, y, fmt: str = "{:.4g}") -> None:
+    """Write each finite value of a short series beside its point."""
+    for xi, yi in zip(x, y):
+        if yi is not None and math.isfinite(yi):
+            ax.annotate(fmt.format(yi), (xi, yi), textcoords="offset points", xytext=(6, 0), va="center", fontsize=8)
+
+
+def no_negative_zero(text: str) -> str:
+    """A formatted number without the sign of a rounded zero: "-0.00" -> "0.00", "+0.00" -> "0.00"."""
+    stripped = text.lstrip("+-")
+    return stripped if stripped.replace("0", "").replace(".", "") == "" else text

@@ -1,0 +1,231 @@
+"""Figures of the gradient-flow lab: a gradflow report (``gradflow.png``) and a training run's
+curves (``tinygrad-caps plot``). Needs matplotlib (the ``viz`` extra).
+
+On the log axes a zero (no gradient, or uniform coupling) is drawn on a dotted floor a decade below
+the smallest positive value, and a panel whose values are all zero says so. The coupling entropy is
+drawn as 1 - entropy / log J (Peer et al.'s T-score) on a log axis: near-uniform couplings differ
+from 1 only in the tenth decimal, which a linear axis can show only as an offset such as
+``1e-5+9.999e-1``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+from .figure_style import (coinciding_labels, integer_ticks, log_floor, mark_floor, on_log_axis, picture_format,
+                           say_all_zero, series_style, single_point_room, write_values)
+
+UNIFORM_TEXT = "every coupling is uniform\n(1 - entropy <= 0, to rounding)"
+UNIFORM_FLOOR = "<= 0: uniform, to rounding (drawn on this floor)"
+PATH_LINES = {"sum": "-", "agreement": "--"}
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None where matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def _positive(values):
+    """Values for a log axis: None and non-positive entries become NaN (not drawn)."""
+    return [v if v is not None and v > 0 else np.nan for v in values]
+
+
+def _needs_pyplot(what: str):
+    plt = pyplot()
+    if plt is None:
+        raise UsageError(f"{what} needs matplotlib: pip install 'tinygrad-caps[viz]'")
+    return plt
+
+
+def _log_panel(ax, series, zero_text: str, floor_label: str = "0 (drawn on this floor)") -> None:
+    """Draw ``series`` [(x, values, label, style)] on ``ax``: a log axis with zeros (and negatives,
+    rounding errors of quantities >= 0) on a marked floor, or, when no value is positive, a linear
+    one with the values drawn at 0 and ``zero_text`` written above them."""
+    floor = log_floor([v for _, values, _, _ in series for v in values])
+    for (x, values, _, style), label in zip(series, coinciding_labels(series)):
+        y = on_log_axis(values, floor) if floor is not None else [np.nan if v is None else 0.0 for v in values]
+        ax.plot(x, y, label=label, **style)
+    if floor is None:
+        if any(v is not None for _, values, _, _ in series for v in values):
+            ax.set_ylim(-1, 1)
+            say_all_zero(ax, zero_text, height=0.75)
+        return
+    ax.set_yscale("log")
+    if any(v is not None and v <= 0 for _, values, _, _ in series for v in values):
+        mark_floor(ax, floor, floor_label)
+
+
+def _t_score_label(ax) -> str:
+    scale = "log scale; " if ax.get_yscale() == "log" else ""
+    return f"1 - coupling entropy / log J\n({scale}0 = uniform)"
+
+
+def gradflow_figure(report: dict):
+    """The matplotlib figure of ``plot_gradflow`` (four panels), for saving or inspecting."""
+    plt = _needs_pyplot("gradflow.png")
+    modes = list(report["modes"])
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    layer_names = [layer["name"] for layer in report["modes"][modes[0]]["layers"]]
+    series, entropy = [], []
+    for m, mode in enumerate(modes):  # a colour per mode and layer, the path in the line style
+        for k, layer in enumerate(report["modes"][mode]["layers"]):
+            rows = layer["iterations"]
+            r = [row["iteration"] for row in rows]
+            style = dict(series_style(m, len(modes), len(r)), color=colours[(m * len(layer_names) + k) % len(colours)])
+            for path in ("sum", "agreement"):
+                series.append((r, [row[f"grad_norm_{path}"] for row in rows], f"{mode} {layer['name']} {path} path",
+                               dict(style, linestyle=PATH_LINES[path])))
+            entropy.append((r, [1.0 - row["coupling_entropy"] for row in rows], f"{mode} {layer['name']}", style))
+    ax = axes[0, 0]
+    _log_panel(ax, series, "all gradients are zero")
+    ax.set(xlabel="routing iteration r", ylabel="|grad u_hat| through r", title="gradient reaching u_hat per iteration and path")
+    integer_ticks(ax.xaxis)
+    ax.legend(fontsize=7)
+    ax = axes[0, 1]
+    _log_panel(ax, entropy, UNIFORM_TEXT, UNIFORM_FLOOR)
+    ax.set(xlabel="routing iteration r", ylabel=_t_score_label(ax), title="coupling: departure from uniform (T-score)")
+    integer_ticks(ax.xaxis)
+    ax.legend(fontsize=7)
+    _parameter_panel(axes[1, 0], report, modes, colours)
+    _cosine_panel(axes[1, 1], report, modes)
+    if len(layer_names) > 1:
+        fig.suptitle(f"routing layers: {', '.join(layer_names)}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _parameter_panel(ax, report, modes, colours):
+    names = list(report["modes"][modes[0]]["parameter_grad_norms"])
+    norms = {mode: [report["modes"][mode]["parameter_grad_norms"][n] for n in names] for mode in modes}
+    floor = log_floor([v for values in norms.values() for v in values])
+    width = 0.8 / len(modes)
+    for k, mode in enumerate(modes):
+        where = np.arange(len(names)) + k * width
+        values = norms[mode]
+        if floor is None:
+            ax.plot(where, [np.nan if v is None else v for v in values], "x", color=colours[k], label=mode)
+            continue
+        ax.bar(where, _positive(values), width, color=colours[k], label=mode)
+        zeros = [x for x, v in zip(where, values) if v is not None and v <= 0]
+        if zeros:
+            ax.plot(zeros, [floor] * len(zeros), "v", color=colours[k], markersize=7)
+    if floor is None:
+        say_all_zero(ax, "all parameter gradients are zero")
+    else:
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=floor / 2)
+        if any(v is not None and v <= 0 for values in norms.values() for v in values):
+            mark_floor(ax, floor, "0 (triangle on this floor)")
+    ax.set(ylabel="|grad|", title="parameter gradient norms")
+    ax.set_xticks(np.arange(len(names)) + width * (len(modes) - 1) / 2, names, rotation=60, ha="right", fontsize=7)
+    ax.legend(fontsize=7)
+
+
+def _cosine_panel(ax, report, modes):
+    cosines = report.get("mode_cosine") or {}
+    if not cosines:
+        ax.set_title("mode cosine: needs two modes")
+        ax.axis("off")
+        return
+    values = list(cosines.values())
+    ax.bar(np.arange(len(cosines)), [np.nan if v is None else v for v in values])
+    undefined = [k for k, v in enumerate(values) if v is None]
+    for k in undefined:
+        ax.text(k, 0.03, "n/a", ha="center", va="bottom", fontsize=7, color="0.35")
+    ax.axhline(0, color="0.3", linewidth=0.6)
+    ax.set_xlim(-0.6, len(values) - 0.4)
+    ax.set_xticks(np.arange(len(cosines)), list(cosines), rotation=60, ha="right", fontsize=7)
+    title = f"cosine between the {' and '.join(modes[:2])} gradients"
+    ax.set(ylim=(-1.05, 1.05), title=title + ("\n(n/a: a gradient is zero)" if undefined else ""))
+
+
+def plot_gradflow(report: dict, path) -> None:
+    """Four panels from a ``gradient_flow_report``: |grad u_hat| per iteration and path, 1 - coupling
+    entropy per iteration, parameter gradient norms, and the cosine between the modes' gradients.
+    The format follows ``path``'s suffix (.png, .pdf or .svg)."""
+    fig = gradflow_figure(report)
+    _save(fig, path)
+
+
+def _save(fig, path) -> None:
+    plt = pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, format=picture_format(path) or "png")
+    plt.close(fig)
+
+
+def plot_metrics(metrics: list, gradflow: list, path, name: str = "") -> None:
+    """``run_figure`` saved to ``path`` (the format follows its suffix): the curves of checked log lines."""
+    _needs_pyplot("plot")
+    _save(run_figure(metrics, gradflow, name), path)
+
+
+def run_figure(metrics: list, gradflow: list, name: str = ""):
+    """The matplotlib figure of ``tinygrad-caps plot`` from checked log lines (``app.run_logs.read_metrics``
+    and ``read_gradflow``): loss and accuracy, and with gradflow lines the two gradient-flow panels."""
+    plt = _needs_pyplot("plot")
+    if gradflow:
+        fig, grid = plt.subplots(2, 2, figsize=(11, 8.5))
+        axes = list(grid.ravel())
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    epochs = [m["epoch"] for m in metrics]
+    for ax, quantity, keys in ((axes[0], "loss", ("train_loss", "test_loss")),
+                               (axes[1], "accuracy", ("train_accuracy", "test_accuracy"))):
+        if not metrics:
+            say_all_zero(ax, "no finished epoch yet")
+            ax.set(title=quantity, xticks=[], yticks=[])
+            continue
+        for k, key in enumerate(keys):
+            values = [m[key] for m in metrics]
+            ax.plot(epochs, values, label=key, **series_style(k, len(keys), len(epochs)))
+            if len(epochs) == 1:
+                write_values(ax, epochs, values)
+        ax.set(xlabel="epoch", ylabel=quantity, title=quantity)
+        integer_ticks(ax.xaxis)
+        single_point_room(ax, epochs)
+        ax.legend(fontsize=8)
+    if gradflow:
+        _gradflow_lines(axes[2], axes[3], gradflow)
+    if name:
+        fig.suptitle(f"run {name}", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def _gradflow_lines(norm_axis, entropy_axis, lines):
+    steps = [line["step"] for line in lines]
+    norms, entropies = [], []
+    for k, layer in enumerate(lines[0]["layers"]):
+        count = len(layer["iterations"])
+        for r in range(count):
+            def series(key):
+                return [line["layers"][k]["iterations"][r][key] for line in lines]
+
+            prefix = f"{layer['name']} r={r}" if len(lines[0]["layers"]) > 1 else f"r={r}"
+            norms.append((steps, series("grad_norm_sum"), f"{prefix} sum", dict(linestyle="-")))
+            if r < count - 1:
+                norms.append((steps, series("grad_norm_agreement"), f"{prefix} agreement", dict(linestyle="--")))
+            entropies.append((steps, [1.0 - e for e in series("coupling_entropy")], prefix, {}))
+    for group in (norms, entropies):
+        for k, (_, _, _, style) in enumerate(group):
+            style.update(series_style(k, len(group), len(steps)))
+    _log_panel(norm_axis, norms, "all gradients are zero")
+    _log_panel(entropy_axis, entropies, UNIFORM_TEXT, UNIFORM_FLOOR)
+    norm_axis.set(xlabel="step", ylabel="|grad u_hat|", title="gradient per iteration and path")
+    entropy_axis.set(xlabel="step", ylabel=_t_score_label(entropy_axis), title="coupling: departure from uniform (T-score)")
+    for ax in (norm_axis, entropy_axis):
+        integer_ticks(ax.xaxis)
+        single_point_room(ax, steps)
+        ax.legend(fontsize=7)

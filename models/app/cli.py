@@ -1,0 +1,172 @@
+"""The ``tinygrad-caps`` command's options, and the dispatch to one module per command under
+``commands/`` (train, evaluate, visualize, gradflow, plot; ``train --profile`` is ``commands.profile``).
+A user error is one line and exit status 2, a bug its traceback and status 1 (``cli_errors``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import traceback
+
+import tinygrad_caps as tc
+from tinygrad_caps.data import DATASETS
+
+from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
+from .checkpoints import MODELS
+from .cli_errors import report
+from .commands.evaluate import DEFAULT_NAME
+from .commands.visualize import WHATS
+from .model_options import add_cnn_options, add_model_options, positive_int
+from .option_checks import decay_factor, learning_rate, loss_weight, seed, use_command_device
+from .output_paths import picture_help
+from .presets import PRESETS, preset_options
+from .run_options import explicit_options
+from .run_state import Interrupted
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit status 2), like every other user error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def make_parser():
+    """The ``tinygrad-caps`` argument parser with its subcommands."""
+    parser = OneLineErrorParser(prog="tinygrad-caps", description="Train and evaluate CapsNet on tinygrad-caps.")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of every error")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a CapsNet or the paper's baseline CNN (--model cnn)")
+    t.add_argument("--model", choices=MODELS, default="capsnet", help="CapsNet or the paper's baseline CNN")
+    t.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                   help="sabour-official: the official code's conventions and training options; cifar10: Sabour et "
+                        "al.'s CIFAR-10 changes (64 primary capsule types, none-of-the-above); explicit options win")
+    t.add_argument("--dataset", default="fashion-mnist",
+                   help=f"{', '.join(DATASETS)}, or the name of a folder of IDX files under --data-dir")
+    t.add_argument("--data-dir", default=None, help="where the dataset's files are (imagefolder: PATH with train/, test/)")
+    t.add_argument("--image-size", type=positive_int, default=None, help="imagefolder: resize to N x N (default 32)")
+    t.add_argument("--channels", type=int, choices=(1, 3), default=None, help="imagefolder: 1 (gray) or 3 (RGB, default)")
+    t.add_argument("--epochs", type=positive_int, default=30)
+    t.add_argument("--batch-size", type=positive_int, default=100)
+    t.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam's learning rate, in (0, 1]")
+    t.add_argument("--lr-decay", type=decay_factor, default=0.9,
+                   help="ExponentialLR gamma in (0, 1], applied after each epoch")
+    t.add_argument("--reconstruction-weight", type=loss_weight, default=DEFAULT_RECONSTRUCTION_WEIGHT,
+                   help="in [0, 1000]")
+    add_model_options(t, defaults=True)
+    add_cnn_options(t)
+    t.add_argument("--augment", choices=["default", "none", "shift", "shift+flip"], default="default",
+                   help="default: the dataset's (shift for MNIST-like data and image folders; none for smallnorb and "
+                        "cifar10, whose random crops are their augmentation)")
+    t.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    t.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    t.add_argument("--seed", type=seed, default=0)
+    t.add_argument("--out", default=None, help="run folder (default: a new folder under runs/)")
+    t.add_argument("--limit-train", type=positive_int, default=None)
+    t.add_argument("--limit-test", type=positive_int, default=None)
+    t.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.npz")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    t.add_argument("--profile", type=positive_int, default=None, metavar="N",
+                   help="profile N training batches, print the time per op and exit (writes nothing)")
+    t.add_argument("--log-gradflow", type=positive_int, default=None, metavar="N",
+                   help="every N batches, append that batch's routing statistics and per-iteration gradient norms "
+                        "to RUN/gradflow.jsonl")
+    t.add_argument("--distributed", action="store_true",
+                   help="data-parallel training over the processes that mpirun started (--batch-size is the global "
+                        "batch; rank 0 writes the files)")
+    t.add_argument("--sync-batchnorm", action="store_true",
+                   help="with --distributed: batch-norm statistics over the global batch (default: per process)")
+
+    e = sub.add_parser("evaluate", help="evaluate a checkpoint on a test set")
+    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--dataset", default=None, help="default: the dataset the checkpoint was trained on")
+    e.add_argument("--data-dir", default=None)
+    e.add_argument("--batch-size", type=positive_int, default=100)
+    e.add_argument("--device", default="auto")
+    e.add_argument("--limit-test", type=positive_int, default=None)
+    e.add_argument("--reconstructions", nargs="?", const=DEFAULT_NAME, default=None, metavar="FILE.png",
+                   help="also draw 16 test images and their reconstructions (as visualize --what reconstructions) "
+                        "and write the numbers drawn to FILE.json; "
+                        + picture_help("RUN/evaluate-reconstructions.png, in the checkpoint's run folder"))
+    e.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
+    add_model_options(e, defaults=False)
+
+    v = sub.add_parser("visualize", help="reconstructions, pose perturbation or robustness pictures of a checkpoint")
+    v.add_argument("--checkpoint", required=True)
+    v.add_argument("--what", required=True, choices=WHATS)
+    v.add_argument("--out", default=None, metavar="FILE.png",
+                   help="the numbers drawn go to FILE.json (and --gif to FILE.gif); "
+                        + picture_help("RUN/visualize-WHAT.png, in the checkpoint's run folder"))
+    v.add_argument("--dataset", default=None, help="default: the dataset the checkpoint was trained on")
+    v.add_argument("--data-dir", default=None)
+    v.add_argument("--count", type=positive_int, default=None,
+                   help="test images: reconstructions 16, perturbation 3, robustness 500 by default")
+    v.add_argument("--compare", default=None, metavar="CKPT2", help="robustness: a second checkpoint's curves")
+    v.add_argument("--gif", action="store_true", help="robustness: also FILE.gif, the rotated image animated")
+    v.add_argument("--device", default="auto")
+    v.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
+
+    g = sub.add_parser("gradflow", help="how the gradient flows through routing, per mode, iteration and path")
+    g.add_argument("--checkpoint", default=None, help="default: a freshly initialised model (the model options apply)")
+    g.add_argument("--dataset", default=None, help="default: the checkpoint's, else fashion-mnist")
+    g.add_argument("--data-dir", default=None)
+    g.add_argument("--batch-size", type=positive_int, default=32)
+    g.add_argument("--batches", type=positive_int, default=4, help="training batches; the figures are their means")
+    g.add_argument("--modes", default="full,detach", help="routing-gradient modes to compare, comma-separated")
+    g.add_argument("--hessian-iterations", type=int, default=0,
+                   help="power iterations for the top Hessian eigenvalue of the loss in digit.weight (0: none)")
+    g.add_argument("--device", default="auto")
+    g.add_argument("--seed", type=seed, default=0, help="which batches, and a fresh model's initialisation")
+    g.add_argument("--out", default=None, metavar="DIR",
+                   help="a folder: writes DIR/gradflow.json and DIR/gradflow.png (default: a new folder under runs/)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
+    add_model_options(g, defaults=False)
+
+    p = sub.add_parser("plot", help="loss, accuracy and gradient-flow curves of a training run")
+    p.add_argument("run", metavar="RUN", help="a run folder (with metrics.jsonl, and gradflow.jsonl if logged)")
+    p.add_argument("--out", default=None, metavar="FILE.png", help=picture_help("RUN/plot.png"))
+    for command in sub.choices.values():  # --debug before or after the command
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="print the traceback of every error")
+    return parser
+
+
+def parse_with_preset(parser, argv):
+    """Parse ``argv``; with ``train --preset NAME`` the preset's options become the defaults, so
+    options given on the command line still win."""
+    args = parser.parse_args(argv)
+    if getattr(args, "preset", None):
+        train_parser = next(a for a in parser._subparsers._group_actions if a.dest == "command").choices["train"]
+        train_parser.set_defaults(**preset_options(args.preset, args.dataset))
+        args = parser.parse_args(argv)
+    return args
+
+
+def main(argv=None) -> int:
+    """Run one command with ``argv`` (default: the command line); returns the exit status (0, 1 for
+    a bug, 2 for a user error, 128 + signal when stopped)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_with_preset(make_parser(), argv)
+    if args.command == "train":
+        args.explicit = explicit_options(make_parser(), argv)
+    tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
+    try:
+        if getattr(args, "device", None) is not None and not getattr(args, "distributed", False):
+            use_command_device(args.device)  # (each rank of a distributed run takes its own GPU)
+        # commands/NAME.py runs command NAME; each is imported only when it runs
+        return importlib.import_module(f"{__package__}.commands.{args.command}").run(args)
+    except KeyboardInterrupt as exc:  # train has saved its checkpoint already
+        if args.debug:
+            traceback.print_exc()
+        return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+    except BrokenPipeError:  # whoever read stdout has gone: nothing is left to say
+        return 128 + signal.SIGPIPE
+    except Exception as exc:  # noqa: BLE001  (user errors are one line, bugs keep their traceback)
+        return report(exc, args.command, args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

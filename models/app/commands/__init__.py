@@ -1,0 +1,2 @@
+"""One module per ``tinygrad-caps`` command, each with ``run(args)``: train, evaluate, visualize,
+gradflow, plot, and profile (``train --profile``)."""

@@ -1,0 +1,172 @@
+"""``tinygrad-caps gradflow``: the gradient-flow report of a checkpoint (or of a freshly initialised
+model) on a few training batches, as ``DIR/gradflow.json``, ``DIR/gradflow.png`` and a table."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+import tinygrad_caps as tc
+from tinygrad_caps.data import dataset_spec
+
+from ...analysis.gradflow import gradient_flow_report, mean_of_reports
+from ...analysis.plots import plot_gradflow, pyplot
+from ...capsnet.baseline_cnn import BaselineCNN
+from ...capsnet.config import MODEL_OPTIONS
+from ...capsnet.routing import GRADIENT_MODES
+from ...errors import UsageError
+from ..checkpoints import build_model, checkpoint_dataset_spec, load_checkpoint_model
+from ..option_checks import check_out_folder, device_or_usage_error
+from ..output_paths import PICTURE_SUFFIXES, check_writable_file
+from ..progress import bars_wanted, progress_shown
+
+
+def parse_modes(text: str) -> tuple:
+    """"full,detach" -> ("full", "detach"); UsageError for an unknown or repeated mode."""
+    modes = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not modes:
+        raise UsageError(f"--modes: give one or more of {', '.join(GRADIENT_MODES)}, separated by commas")
+    for mode in modes:
+        if mode not in GRADIENT_MODES:
+            raise UsageError(f"--modes: unknown mode {mode!r}; choose from {', '.join(GRADIENT_MODES)}")
+    if len(set(modes)) != len(modes):
+        raise UsageError(f"--modes: a mode is repeated in {text!r}")
+    return modes
+
+
+def check_report_folder(out) -> Path:
+    """Raise UsageError unless ``out`` can be the report's folder: a writable folder (made if missing)
+    whose gradflow.json and gradflow.png can be written. A name ending in a picture's or JSON's suffix
+    is refused unless that folder exists: gradflow writes a folder, not a file. Creates nothing."""
+    out = Path(out)
+    if out.suffix.lower() in PICTURE_SUFFIXES + (".json",) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} names a {out.suffix} file, but gradflow writes a folder (DIR/gradflow.json "
+                         "and DIR/gradflow.png); give a folder name")
+    check_out_folder(out, resume=True)
+    for name in ("gradflow.json", "gradflow.png"):
+        check_writable_file(out / name, "--out")
+    return out
+
+
+def _model_and_data(args):
+    """(model, dataset name, data dir, spec, where the model came from)."""
+    overrides = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k, None) is not None}
+    if args.checkpoint:
+        if not Path(args.checkpoint).is_file():
+            raise UsageError(f"--checkpoint {args.checkpoint}: no such file")
+        model, config = load_checkpoint_model(args.checkpoint, overrides, args.device)
+        dataset = args.dataset or config.get("dataset") or "fashion-mnist"
+        data_dir = args.data_dir or config.get("data_dir")
+        spec = checkpoint_dataset_spec(config, dataset, data_dir, args.checkpoint)
+        source = str(args.checkpoint)
+    else:
+        dataset, data_dir = args.dataset or "fashion-mnist", args.data_dir
+        spec = dataset_spec(dataset, data_dir)
+        tc.manual_seed(args.seed)
+        config = dict(overrides, in_channels=spec.channels, image_size=spec.image_size, num_classes=spec.num_classes)
+        model = build_model(config).to(device=device_or_usage_error(args.device))
+        source = f"fresh initialisation (seed {args.seed})"
+    if isinstance(model, BaselineCNN):
+        raise UsageError("gradflow needs a CapsNet; the baseline CNN has no routing")
+    return model, dataset, data_dir, spec, source
+
+
+def run(args) -> int:
+    """Run the command for parsed ``args``; returns the exit status."""
+    modes = parse_modes(args.modes)
+    if args.hessian_iterations < 0:
+        raise UsageError(f"--hessian-iterations must be >= 0, got {args.hessian_iterations}")
+    out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("gradflow-%Y%m%d-%H%M%S")
+    check_report_folder(out)
+    model, dataset, data_dir, spec, source = _model_and_data(args)
+    images, labels = spec.load("train", data_dir)
+    wanted = args.batches * args.batch_size
+    if wanted > len(labels):
+        raise UsageError(f"--batches {args.batches} of --batch-size {args.batch_size} need {wanted} images; "
+                         f"{dataset} has {len(labels)} training images")
+    chosen = np.random.default_rng(args.seed).choice(len(labels), size=wanted, replace=False)
+    reports = []
+    with progress_shown(args.batches, "gradflow", bars_wanted(getattr(args, "no_progress", False)), unit="batch") as bar:
+        for k in range(args.batches):
+            rows = chosen[k * args.batch_size:(k + 1) * args.batch_size]
+            x = spec.preprocess(images[rows], train=False)
+            reports.append(gradient_flow_report(model, tc.tensor(x, device=model.device), labels[rows], modes,
+                                                args.hessian_iterations))
+            if bar is not None:
+                bar.update(1)
+    report = mean_of_reports(reports)
+    report["config"].update(source=source, dataset=dataset, batches=args.batches, seed=args.seed,
+                            device=model.device, dtype=str(model.digit.weight.dtype))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gradflow.json").write_text(json.dumps(report, indent=2))
+    print(format_report(report))
+    print(f"written: {out / 'gradflow.json'}")
+    if pyplot() is None:
+        print("gradflow.png not drawn: matplotlib is not installed (pip install 'tinygrad-caps[viz]')")
+    else:
+        plot_gradflow(report, out / "gradflow.png")
+        print(f"written: {out / 'gradflow.png'}")
+    return 0
+
+
+def _fixed(value, digits=4) -> str:
+    """A statistic in [-1, 1] with fixed decimals ("-" for None; no "-0.0000" from rounding noise)."""
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def _share(value) -> str:
+    """A share in [0, 1]: three decimals, or two significant digits below 0.001 ("-" for None)."""
+    if value is None:
+        return "-"
+    return f"{value:.1e}" if 0 < value < 1e-3 else f"{value:.3f}"
+
+
+def _norm(value) -> str:
+    """A gradient norm in scientific notation ("-" for None)."""
+    return "-" if value is None else f"{value:.3e}"
+
+
+def path_shares(iterations: list) -> list:
+    """(share of the sum path, share of the agreement path) per iteration: each path's gradient norm
+    over the sum of the norms of all paths (0.0 where no gradient reaches u_hat; None for the
+    agreement of the last iteration, which has none)."""
+    norms = [(row["grad_norm_sum"] or 0.0, row["grad_norm_agreement"]) for row in iterations]
+    total = sum(a + (b or 0.0) for a, b in norms)
+    return [(a / total if total else 0.0, None if b is None else (b / total if total else 0.0)) for a, b in norms]
+
+
+def format_report(report: dict) -> str:
+    """The report as a table per mode and routing layer, then the parameter gradient norms and cosines."""
+    config = report["config"]
+    lines = [f"gradient flow: {config.get('source', 'model')}, {config.get('batches', 1)} batch(es) of "
+             f"{config['batch_size']} (means over batches)"]
+    header = (f"  {'r':>2} {'entropy':>8} {'T-score':>10} {'polar.':>7} {'D-score':>10} {'cos':>7} "
+              f"{'|g sum|':>10} {'|g agree|':>10} {'share sum':>9} {'share agr':>9}")
+    for mode, result in report["modes"].items():
+        eigen = result.get("hessian_top_eigenvalue")
+        lines.append(f"mode {mode}: loss {result['loss']:.5f}"
+                     + (f", top Hessian eigenvalue (digit.weight) {eigen:.5g}" if eigen is not None else ""))
+        for layer in result["layers"]:
+            lines.append(f" layer {layer['name']}")
+            lines.append(header)
+            for row, (share_sum, share_agree) in zip(layer["iterations"], path_shares(layer["iterations"])):
+                lines.append(f"  {row['iteration']:>2} {_fixed(row['coupling_entropy']):>8} {_norm(row['t_score']):>10} "
+                             f"{_fixed(row['polarization'], 3):>7} {_norm(row['d_score']):>10} "
+                             f"{_fixed(row['agreement_cosine'], 3):>7} {_norm(row['grad_norm_sum']):>10} "
+                             f"{_norm(row['grad_norm_agreement']):>10} {_share(share_sum):>9} {_share(share_agree):>9}")
+    modes = list(report["modes"])
+    names = list(report["modes"][modes[0]]["parameter_grad_norms"])
+    lines.append("parameter gradient norms" + (" and cosine between modes" if report.get("mode_cosine") else ""))
+    lines.append(f"  {'parameter':<22}" + "".join(f"{m:>12}" for m in modes) + (f"{'cosine':>11}" if report.get("mode_cosine") else ""))
+    for name in names:
+        row = f"  {name:<22}" + "".join(f"{_norm(report['modes'][m]['parameter_grad_norms'][name]):>12}" for m in modes)
+        if report.get("mode_cosine"):
+            row += f"{_fixed(report['mode_cosine'].get(name), 6):>11}"
+        lines.append(row)
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""``tinygrad-caps plot RUN``: a training run's loss, accuracy and gradient-flow curves, from its logs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...analysis.plots import plot_metrics
+from ...errors import UsageError
+from ..output_paths import check_picture_path
+from ..run_logs import read_gradflow, read_metrics
+
+
+def plot_run(run_dir, out=None) -> Path:
+    """Loss and accuracy per epoch from ``RUN/metrics.jsonl`` and, when ``RUN/gradflow.jsonl`` exists,
+    |grad u_hat| per iteration and path and 1 - the coupling entropy per iteration over the training
+    steps. Every line of both logs is checked first (UsageError naming the file, line and reason).
+
+    Returns the picture's path (``out``, default ``RUN/plot.png``; .png, .pdf or .svg).
+    """
+    run_dir = Path(run_dir)
+    metrics_path = run_dir / "metrics.jsonl"
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run folder")
+    if not metrics_path.exists():
+        raise UsageError(f"{run_dir} holds no metrics.jsonl; is it a training run folder?")
+    out = check_picture_path(out if out else run_dir / "plot.png", "--out")
+    metrics = read_metrics(metrics_path)
+    gradflow_path = run_dir / "gradflow.jsonl"
+    gradflow = read_gradflow(gradflow_path) if gradflow_path.exists() else []
+    if not metrics and not gradflow:
+        raise UsageError(f"{metrics_path} holds no finished epoch yet, and there is no gradflow.jsonl: nothing to plot")
+    plot_metrics(metrics, gradflow, out, run_dir.absolute().name)
+    return out
+
+
+def run(args) -> int:
+    """Run the command for parsed ``args``; returns the exit status."""
+    print(f"written: {plot_run(args.run, args.out)}")
+    return 0

@@ -1,0 +1,404 @@
+"""Training and evaluation of CapsNet: the loop, metrics, writing checkpoints and resume (a model is
+rebuilt from a checkpoint in ``checkpoints``).
+
+A checkpoint holds the model, the optimizer, the scheduler, the engine's RNG state, the epoch, the
+number of batches already done in that epoch and the running sums of its metrics, so a resumed run
+(after Ctrl-C too) produces the same metrics as one that was never interrupted: shuffling and
+augmentation are drawn per (seed, epoch, batch), never from a stream that a restart would reset.
+
+Crash consistency (see ``run_state``): the checkpoint is the single source of truth. A batch (its
+forward, backward, optimizer step and counters) and an epoch's commit (its metrics line, the
+schedule step, ``best.npz`` and ``last.npz``) are critical sections that a second Ctrl-C or SIGTERM
+cannot cut. The metrics line is appended and fsynced before ``last.npz`` is written; on resume, the
+lines beyond the checkpoint's epoch are dropped (the file is rewritten atomically), so no epoch can
+appear twice. SIGTERM is handled like Ctrl-C (stop after the batch, save, exit 143). A run whose loss
+or weights become non-finite stops with ``TrainingDiverged`` and keeps the last good checkpoint.
+The run folder is created only once the first batch has trained.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tinygrad_caps as tc
+from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
+
+from ..capsnet.baseline_cnn import BaselineCNN
+from ..capsnet.config import MODEL_OPTIONS
+from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
+from ..capsnet.model import CapsNet
+from ..errors import TrainingDiverged, UsageError
+from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
+from .checkpoints import build_model
+from .gradflow_log import GradflowLog, keep_gradflow_through_step
+from .option_checks import device_or_usage_error
+from .progress import progress_bar as _progress
+from .resources import check_fits
+from .run_state import (Interrupted, StopSignals, append_metrics_line, crash_point, keep_metrics_through_epoch,
+                        remove_stale_temporaries, write_text_atomically)
+
+# Scripts import these under the old name tinygrad_caps.models.training.
+from .checkpoints import MODELS, checkpoint_dataset_spec, load_checkpoint_model  # noqa: E402,F401,I001
+from .option_checks import use_command_device  # noqa: E402,F401
+
+
+def batch_losses(model, x, y, reconstruction_weight, train: bool, traces=None):
+    """(mean loss, per-example margin and reconstruction losses, predicted classes) for one batch.
+
+    With a list as ``traces``, a CapsNet's forward also records its routing traces, set to record
+    the gradient norm of every path in the coming backward, and appends them to that list.
+
+    The decoder is masked by the labels when ``train``, by the prediction otherwise; the margin
+    loss follows the model's ``conventions``. For a BaselineCNN the "margin" entries hold the
+    per-example cross-entropy and the reconstruction entries are zero.
+    """
+    with tc.backend.on_device(model.device):  # labels and predictions beside the model, whichever GPU is current
+        return _batch_losses(model, x, y, reconstruction_weight, train, traces)
+
+
+def _batch_losses(model, x, y, reconstruction_weight, train, traces):
+    if isinstance(model, BaselineCNN):
+        logits = model(tc.tensor(x, device=model.device))
+        cross_entropy = tc.functional.cross_entropy(logits, y, reduction="none")
+        predicted = tc.backend.to_numpy(logits.data.argmax(axis=1))
+        return tc.functional.mean(cross_entropy), cross_entropy, cross_entropy * 0.0, predicted
+    images = tc.tensor(x, device=model.device)  # one upload per batch, used by the model and the loss
+    labels = tc.backend.asarray_like(y, images.data)  # the same for the labels (the mask and the margin loss)
+    outputs = model(images, labels if train else None, return_trace=traces is not None)
+    if traces is not None:
+        traces.extend(trace.track_grad_norms() for trace in outputs.traces)
+    loss, margin, recon = capsule_loss(outputs.lengths, outputs.reconstruction, images, labels, reconstruction_weight,
+                                       convention=model.config.conventions, return_terms=True)
+    predicted = tc.backend.to_numpy(outputs.lengths.data.argmax(axis=1))
+    return loss, margin, recon, predicted
+
+
+def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT,
+             progress=None,
+             preprocess=None, shard=(0, 1)):
+    """Accuracy, mean losses and the confusion matrix (rows: true class) on a dataset, no augmentation.
+
+    ``preprocess`` turns the stored uint8 images into the model's input (a dataset's
+    ``test_preprocess``; default: pixels / 255). With ``shard=(rank, world_size)`` every rank
+    evaluates its part of each batch and the totals are summed over the ranks (a collective).
+    """
+    model.eval()
+    confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
+    total_loss = total_margin = total_recon = 0.0
+    with tc.no_grad():
+        for x, y in BatchIterator(images, labels, batch_size, preprocess=preprocess, shard=shard):
+            loss, margin, recon, predicted = batch_losses(model, x, y, reconstruction_weight, train=False)
+            np.add.at(confusion, (y, predicted), 1)
+            total_loss += loss.item() * len(y)
+            total_margin += float(tc.backend.to_numpy(margin.data).sum())
+            total_recon += float(tc.backend.to_numpy(recon.data).sum())
+            if progress is not None:
+                progress.update(len(y))
+    if shard[1] > 1:
+        totals = np.array([total_loss, total_margin, total_recon])
+        tc.distributed.all_reduce(confusion)
+        total_loss, total_margin, total_recon = tc.distributed.all_reduce(totals).tolist()
+    n = max(1, int(confusion.sum()))
+    return {"accuracy": float(np.trace(confusion) / n), "loss": total_loss / n, "margin_loss": total_margin / n,
+            "reconstruction_loss": total_recon / n, "confusion": confusion}
+
+
+class Trainer:
+    """One training run: the data, the model, the optimizer and schedule, and the run folder."""
+
+    shard = (0, 1)        # (rank, world_size); distributed_training.DistributedTrainer sets both
+    writes_files = True
+
+    def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print):
+        if config["batch_size"] < 1:
+            raise UsageError(f"batch size must be positive, got {config['batch_size']}")
+        self.out_dir, self.show_progress, self.log = Path(out_dir), show_progress, log
+        self.last_path = self.out_dir / "checkpoints" / "last.npz"
+        self.signals, self.folder_ready, self.stdout_closed = StopSignals(), False, False
+        device = device_or_usage_error(config.get("device", "auto"))
+        # The registry gives the geometry and preprocessing; "image_size"/"channels" choose an image folder's.
+        self.spec = dataset_spec(config["dataset"], config.get("data_dir"), config.get("image_size"),
+                                 config.get("channels"))
+        self.train_images, self.train_labels = limited(
+            *self.spec.load("train", config.get("data_dir")), config.get("limit_train"))
+        self.test_images, self.test_labels = limited(
+            *self.spec.load("test", config.get("data_dir")), config.get("limit_test"))
+        self.config = dict(config, in_channels=self.spec.channels, image_size=self.spec.image_size,
+                           num_classes=self.spec.num_classes)
+        if self.config.get("augment") == "default":
+            self.config["augment"] = self.spec.augment
+        self.weight = config.get("reconstruction_weight", DEFAULT_RECONSTRUCTION_WEIGHT)
+        folder = find_dataset_dir(config["dataset"], config.get("data_dir"))
+        self._say(f"data: {config['dataset']}{f' from {folder}' if folder else ''}, {len(self.train_labels)} training "
+                  f"and {len(self.test_labels)} test images, {self.spec.num_classes} classes")
+
+        self.resuming = resume and self.last_path.exists()
+        checkpoint = self._load_checkpoint() if self.resuming else None
+        if self.resuming:
+            self._keep_checkpoint_model_options(checkpoint["config"])
+        if (self.config.get("model") or "capsnet") == "capsnet":
+            check_fits(self.config, min(config["batch_size"], len(self.train_labels)), config.get("dtype", "float32"))
+        tc.manual_seed(config["seed"])
+        self.model = build_model(self.config).to(device=device, dtype=config.get("dtype", "float32"))
+        self.optimizer = tc.optim.Adam(self.model.parameters(), lr=config["lr"])
+        self.scheduler = tc.optim.ExponentialLR(self.optimizer, gamma=config["lr_decay"])
+        self.loader = BatchIterator(self.train_images, self.train_labels, config["batch_size"], shuffle=True,
+                                    augment=self.config.get("augment"), seed=config["seed"],
+                                    preprocess=self.spec.train_preprocess, shard=self.shard)
+        self.state = {"epoch": 0, "step": 0, "sums": _zero_sums(), "best_accuracy": -1.0, "seconds": 0.0}
+        every = config.get("log_gradflow")
+        self.gradflow_log = GradflowLog(self.out_dir / "gradflow.jsonl", every, fresh=not self.resuming) if every else None
+        if self.resuming:
+            self.restore(checkpoint)
+        elif resume:
+            self._say(f"nothing to resume in {self.out_dir}; starting afresh")
+
+    def _load_checkpoint(self) -> dict:
+        """``last.npz``, with its whole structure validated (warnings printed to stderr)."""
+        checkpoint = tc.load(self.last_path)
+        for warning in validate_training_checkpoint(checkpoint, self.last_path):
+            print(f"tinygrad-caps: warning: {warning}", file=sys.stderr)
+        return checkpoint
+
+    def ensure_run_folder(self) -> None:
+        """Create the run folder (once the first batch has trained): ``config.json``, ``metrics.jsonl``
+        (emptied, or cut to the checkpoint's epochs on resume) and ``checkpoints/`` without stale temporaries."""
+        if self.folder_ready:
+            return
+        self.last_path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.last_path.parent)
+        write_text_atomically(self.out_dir / "config.json",
+                              json.dumps(dict(self.config, version=tc.__version__), indent=2))
+        metrics = self.out_dir / "metrics.jsonl"
+        if self.resuming:
+            dropped = keep_metrics_through_epoch(metrics, self.state["epoch"])
+            if dropped:
+                self._say(f"dropped {dropped} line{'s' * (dropped > 1)} of {metrics} beyond the checkpoint's "
+                          f"epoch {self.state['epoch']}")
+            dropped = keep_gradflow_through_step(self.out_dir / "gradflow.jsonl", self.resumed_step)
+            if dropped:
+                self._say(f"dropped {dropped} line{'s' * (dropped > 1)} of {self.out_dir / 'gradflow.jsonl'} "
+                          f"beyond the checkpoint's step {self.resumed_step} (or cut short)")
+        else:
+            write_text_atomically(metrics, "")
+        self.folder_ready = True
+        self._say(f"run folder: {self.out_dir}")
+
+    def _say(self, text: str) -> None:
+        """Log ``text``; if stdout is a closed pipe, silence it and ask the run to stop and save."""
+        try:
+            self.log(text)
+        except BrokenPipeError:
+            self.stdout_closed = True
+            _silence_stdout()
+
+    def _check_finite_weights(self, what: str) -> None:
+        for name, p in self.model.named_parameters():
+            if not bool(p.xp.isfinite(p.data).all()):
+                raise TrainingDiverged(f"{what}: parameter {name} became non-finite (NaN or Inf); "
+                                       f"{self._last_good()}; try a smaller --lr")
+
+    def _last_good(self) -> str:
+        if self.last_path.exists():
+            return f"the last good checkpoint {self.last_path} is kept"
+        return "no checkpoint was written"
+
+    def _keep_checkpoint_model_options(self, saved: dict):
+        """On resume the model is the checkpoint's: a model option that ``config`` leaves unset is
+        taken from it, and one set to another value is refused (UsageError naming both values)."""
+        for key in ("model",) + MODEL_OPTIONS:
+            if key not in saved:
+                continue
+            if self.config.get(key) is not None and _as_json(self.config[key]) != _as_json(saved[key]):
+                raise UsageError(f"--resume: the run's {key} is {saved[key]!r}, not {self.config[key]!r}; "
+                                 "a run continues with its own model (start a new run with another --out)")
+            self.config[key] = saved[key]
+
+    def restore(self, checkpoint):
+        validate_optimizer(checkpoint["optimizer"], self.last_path, [p.shape for p in self.optimizer.params])
+        progress = checkpoint["progress"]
+        step, seen = progress["step"], progress["sums"]["seen"]
+        if step > len(self.loader) or seen > step * self.config["batch_size"] or (step > 0) != (seen > 0):
+            raise tc.CheckpointError(f"{self.last_path}: progress (batch {progress['step']}, "
+                                     f"{progress['sums']['seen']} images seen) does not fit {len(self.train_labels)} "
+                                     f"training images in batches of {self.config['batch_size']}; was --batch-size "
+                                     "or --limit-train changed?")
+        try:
+            self.model.load_state_dict(checkpoint["model"])
+        except tc.StateDictError as exc:
+            raise tc.CheckpointError(f"{self.last_path}: {exc}") from exc
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        try:
+            tc.random.set_rng_state(checkpoint["rng"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise tc.CheckpointError(f"{self.last_path}: rng holds an unusable generator state ({exc})") from exc
+        self.state = progress
+        self.resumed_step = self._global_step()  # the gradflow log is cut back to it
+        self._say(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
+
+    def save(self, path):
+        """Write a checkpoint of the whole run state to ``path`` (refused if a weight is non-finite)."""
+        self.ensure_run_folder()
+        self._check_finite_weights(f"not saving {path}")
+        tc.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "rng": tc.random.get_rng_state(), "progress": self.state,
+                 "config": self.config}, path)
+
+    def run(self) -> list:
+        """Train until the configured epoch count; returns the metrics of the epochs run here."""
+        history = []
+        with self.signals as stop:
+            try:
+                while self.state["epoch"] < self.config["epochs"]:
+                    self._check_stop(stop)
+                    self.train_epoch(stop)
+                    self._check_stop(stop)
+                    history.append(self.finish_epoch())
+            except KeyboardInterrupt as exc:
+                with stop.critical(raise_pending=False):
+                    self.save(self.last_path)
+                print(f"interrupted: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
+                      f"{self.state['step']}); continue with --resume --out {self.out_dir}", file=sys.stderr)
+                raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
+        self.ensure_run_folder()
+        return history
+
+    def _check_gradients(self) -> None:
+        """After each backward: nothing to check on one process (see DistributedTrainer)."""
+
+    def _check_stop(self, stop) -> None:
+        if self.stdout_closed:
+            raise Interrupted(signal.SIGPIPE)
+        stop.check()
+
+    def train_epoch(self, stop):
+        """Train on the rest of the current epoch's batches, adding to the running sums."""
+        state, sums = self.state, self.state["sums"]
+        self.loader.set_epoch(state["epoch"])
+        started = time.perf_counter()
+        bar = _progress(len(self.train_images), f"epoch {state['epoch'] + 1}/{self.config['epochs']}", self.show_progress)
+        if bar is not None:
+            bar.update(min(len(self.train_images), state["step"] * self.config["batch_size"]))
+        self.model.train()
+        try:
+            for x, y in self.loader.batches(state["step"]):
+                self._check_stop(stop)
+                with stop.critical():  # a batch is applied and counted whole, or not at all
+                    traces = [] if self._gradflow_due() else None
+                    loss, margin, recon, predicted = batch_losses(self.model, x, y, self.weight, train=True,
+                                                                  traces=traces)
+                    loss_value = loss.item()
+                    if not math.isfinite(loss_value):
+                        raise TrainingDiverged(f"the training loss became non-finite ({loss_value}) at epoch {state['epoch'] + 1}, "
+                                               f"batch {state['step'] + 1}; {self._last_good()}; try a smaller --lr")
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self._check_gradients()
+                    self.optimizer.step()
+                    crash_point("optimizer-step")
+                    sums["loss"] += loss_value * len(y)
+                    sums["margin_loss"] += float(tc.backend.to_numpy(margin.data).sum())
+                    sums["reconstruction_loss"] += float(tc.backend.to_numpy(recon.data).sum())
+                    sums["correct"] += int((predicted == y).sum())
+                    sums["seen"] += len(y)
+                    state["step"] += 1
+                self.ensure_run_folder()
+                if traces and self.writes_files:
+                    self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
+                                            self.model.digit.gradient, traces)
+                if bar is not None:  # tqdm itself shows images/s
+                    bar.update(len(y) * self.shard[1])  # every rank trained on as many images
+                    bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.4f}", acc=f"{sums['correct'] / sums['seen']:.3f}")
+        finally:
+            state["seconds"] += time.perf_counter() - started
+            if bar is not None:
+                bar.close()
+
+    def _global_step(self) -> int:
+        """Training steps done over the whole run (1-based once the first batch has trained)."""
+        return self.state["epoch"] * len(self.loader) + self.state["step"]
+
+    def _gradflow_due(self) -> bool:
+        """Whether ``--log-gradflow`` logs the coming step (a CapsNet's; the baseline CNN has no routing).
+        With several ranks only rank 0 logs, the statistics of its own part of the batch."""
+        return (self.gradflow_log is not None and isinstance(self.model, CapsNet) and self.shard[0] == 0
+                and self.gradflow_log.due(self._global_step() + 1))
+
+    def finish_epoch(self) -> dict:
+        """Evaluate, then commit the epoch as one unit: its metrics line, the schedule step, the checkpoints."""
+        state, sums = self.state, self.state["sums"]
+        test = evaluate(self.model, self.test_images, self.test_labels, self.config["batch_size"],
+                        self.config["num_classes"], self.weight, preprocess=self.spec.test_preprocess,
+                        shard=self.shard)
+        record = {"epoch": state["epoch"] + 1, "train_loss": sums["loss"] / sums["seen"],
+                  "train_margin_loss": sums["margin_loss"] / sums["seen"],
+                  "train_reconstruction_loss": sums["reconstruction_loss"] / sums["seen"],
+                  "train_accuracy": sums["correct"] / sums["seen"], "test_loss": test["loss"],
+                  "test_margin_loss": test["margin_loss"], "test_reconstruction_loss": test["reconstruction_loss"],
+                  "test_accuracy": test["accuracy"], "lr": self.optimizer.lr, "seconds": state["seconds"]}
+        if not all(math.isfinite(v) for v in record.values()):
+            raise TrainingDiverged(f"epoch {record['epoch']} ended with non-finite metrics ({record}); "
+                                   f"{self._last_good()}; try a smaller --lr")
+        self._check_finite_weights(f"epoch {record['epoch']}")
+        with self.signals.critical():
+            self.ensure_run_folder()
+            if self.writes_files:
+                append_metrics_line(self.out_dir / "metrics.jsonl", json.dumps(record))
+            crash_point("metrics-line")
+            self.scheduler.step()
+            improved = test["accuracy"] > state["best_accuracy"]
+            state.update(epoch=state["epoch"] + 1, step=0, sums=_zero_sums(), seconds=0.0,
+                         best_accuracy=max(state["best_accuracy"], test["accuracy"]))
+            if improved:
+                self.save(self.last_path.parent / "best.npz")
+            self.save(self.last_path)
+            crash_point("checkpoint")
+        self._say(f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} acc {record['train_accuracy']:.4f} | "
+                  f"test loss {record['test_loss']:.4f} acc {record['test_accuracy']:.4f} | {record['seconds']:.0f}s")
+        return record
+
+
+def train(config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print) -> list:
+    """Train a CapsNet as ``config`` says (the CLI's options); returns the per-epoch metrics.
+
+    Writes ``config.json``, appends one line per epoch to ``metrics.jsonl``, and keeps
+    ``checkpoints/last.npz`` (also on Ctrl-C, at the next batch boundary) and ``checkpoints/best.npz``.
+    """
+    # The run's GPU is current while it trains (CuPy allocates on the current GPU) and no longer after.
+    with tc.backend.on_device(device_or_usage_error(config.get("device", "auto"))):
+        return Trainer(config, out_dir, resume, show_progress, log).run()
+
+
+def limited(images, labels, limit):
+    """The first ``limit`` images and labels (all of them when ``limit`` is 0 or None)."""
+    return (images, labels) if not limit else (images[:limit], labels[:limit])
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null (after its reader went away), so later prints cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        sys.stdout = open(os.devnull, "w")
+    finally:
+        os.close(devnull)
+
+
+def _as_json(value):
+    """``value`` as JSON sees it (tuples are lists), for comparing options with a checkpoint's."""
+    return json.loads(json.dumps(value))
+
+
+def _zero_sums():
+    return {"loss": 0.0, "margin_loss": 0.0, "reconstruction_loss": 0.0, "correct": 0, "seen": 0}
+
+

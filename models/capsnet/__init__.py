@@ -1,0 +1,16 @@
+"""The network family: CapsNet, its layers, routing and routing traces, decoders, losses, the baseline
+CNN and their configs. Imports nothing from ``analysis`` or ``app``."""
+from .baseline_cnn import BaselineCNN
+from .config import (CONVENTIONS, MODEL_CONFIGS, MODEL_OPTIONS, BaselineCNNConfig, CapsNetConfig,
+                     parse_hidden_capsules)
+from .decoders import DECODERS, DeconvDecoder, FCDecoder, make_decoder
+from .losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss, margin_loss, reconstruction_loss
+from .model import LENGTH_EPS, CapsNet, CapsNetOutput, CapsuleLayer, DigitCaps, PrimaryCaps, feature_map_sizes
+from .routing import GRADIENT_MODES, ROUTING_KINDS, dynamic_routing, uniform_routing
+from .trace import RoutingTrace
+
+__all__ = ["BaselineCNN", "BaselineCNNConfig", "CONVENTIONS", "CapsNet", "CapsNetConfig", "CapsNetOutput",
+           "CapsuleLayer", "DECODERS", "DEFAULT_RECONSTRUCTION_WEIGHT", "DeconvDecoder", "DigitCaps", "FCDecoder",
+           "GRADIENT_MODES", "LENGTH_EPS", "MODEL_CONFIGS", "MODEL_OPTIONS", "PrimaryCaps", "ROUTING_KINDS",
+           "RoutingTrace", "capsule_loss", "dynamic_routing", "feature_map_sizes", "make_decoder", "margin_loss",
+           "parse_hidden_capsules", "reconstruction_loss", "uniform_routing"]

@@ -1,0 +1,260 @@
+"""CapsNet (Sabour, Frosst & Hinton 2017): Conv1, PrimaryCaps, DigitCaps with dynamic routing,
+and a reconstruction decoder. Sizes derive from the arguments; the defaults are the paper's."""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+import tinygrad_caps as tc
+from tinygrad_caps import functional as F
+from tinygrad_caps import nn
+
+from .config import CapsNetConfig, keyword_signature
+from .decoders import make_decoder
+from .image_batch import image_batch
+from .routing import ROUTING_KINDS, dynamic_routing, uniform_routing
+
+LENGTH_EPS = 1e-8
+
+
+class _OutputFields(NamedTuple):
+    v: tc.Tensor
+    lengths: tc.Tensor
+    reconstruction: tc.Tensor
+    couplings: list | None = None
+    traces: list | None = None
+
+
+class CapsNetOutput(_OutputFields):
+    """What ``CapsNet.forward`` returns: ``v`` (B, num_classes, digit_dim), ``lengths`` (B, num_classes),
+    ``reconstruction`` (B, C*H*W), ``couplings`` (DigitCaps' coefficients per iteration, or None) and
+    ``traces`` (a RoutingTrace per routing layer, or None); the last two only when asked for.
+
+    As a sequence it holds what was asked for, as forward returned before it had names:
+    ``v, lengths, reconstruction = model(x)``; with ``return_trace`` ``outputs[3]`` is the traces,
+    with ``return_coupling`` the couplings, with both (v, lengths, reconstruction, couplings,
+    traces). The names always reach all five.
+    """
+
+    __slots__ = ()
+
+    def _asked(self) -> tuple:
+        fields = tuple.__iter__(self)
+        return tuple(value for k, value in enumerate(fields) if k < 3 or value is not None)
+
+    def __iter__(self):
+        return iter(self._asked())
+
+    def __len__(self) -> int:
+        return len(self._asked())
+
+    def __getitem__(self, index):
+        return self._asked()[index]
+
+    def __getnewargs__(self):
+        return tuple(tuple.__iter__(self))
+
+    def _asdict(self) -> dict:
+        return dict(zip(self._fields, tuple.__iter__(self)))
+
+    def _replace(self, **changes):
+        return type(self)(**{**self._asdict(), **changes})
+
+
+class PrimaryCaps(nn.Module):
+    """A convolution whose channels are ``types`` capsule types of ``dim`` values each.
+
+    Channel ``c = type * dim + component``. The (B, types*dim, H, W) map becomes (B, types, dim,
+    H, W), is permuted to (B, types, H, W, dim) so that one capsule's components stay together,
+    then flattened to (B, types*H*W, dim) and squashed. A ``coupling`` other than 1 multiplies
+    the convolution before its bias (the official code's one-iteration routing, see CapsNet).
+    """
+
+    def __init__(self, in_channels, types, dim, kernel_size, stride=2, coupling=1.0):
+        super().__init__()
+        self.types, self.dim, self.stride, self.coupling = types, dim, stride, coupling
+        conv = nn.Conv2d(in_channels, types * dim, kernel_size)  # for PyTorch's default initialization
+        self.weight, self.bias = conv.weight, conv.bias
+
+    def forward(self, x):
+        if self.coupling == 1.0:
+            y = F.conv2d(x, self.weight, self.bias, stride=self.stride)
+        else:
+            y = F.conv2d(x, self.weight, None, stride=self.stride) * self.coupling
+            y = y + F.reshape(self.bias, (1, -1, 1, 1))
+        batch, _, h, w = y.shape
+        y = F.reshape(y, (batch, self.types, self.dim, h, w))
+        y = F.permute(y, (0, 1, 3, 4, 2))
+        return F.squash(F.reshape(y, (batch, self.types * h * w, self.dim)), axis=-1)
+
+
+class CapsuleLayer(nn.Module):
+    """A fully connected capsule layer: u_hat = W u for every (input, output) capsule pair, then routing.
+
+    Parameters: weight (I, J, D, K) and, with ``bias``, bias (J, D) added to the weighted sum
+    before the squash in every routing iteration (zero at initialization; see ``CapsNet``).
+    ``routing`` is "dynamic" (Procedure 1, ``iterations`` and ``gradient`` apply) or "uniform"
+    (c = 1/J, one weighted sum); ``leaky_routing`` adds the "none of the above" logit.
+    """
+
+    def __init__(self, in_caps, in_dim, out_caps, out_dim, iterations=3, gradient="full", routing="dynamic",
+                 bias=False, leaky_routing=False):
+        super().__init__()
+        if routing not in ROUTING_KINDS:
+            raise ValueError(f"{type(self).__name__}: routing must be one of {ROUTING_KINDS}, got {routing!r}")
+        self.iterations, self.gradient, self.routing, self.leaky_routing = iterations, gradient, routing, leaky_routing
+        dtype = tc.get_default_dtype()
+        self.weight = nn.Parameter(np.zeros((in_caps, out_caps, out_dim, in_dim), dtype=dtype), device="cpu")
+        nn.init.normal_(self.weight, 0.0, 0.01)
+        self.bias = nn.Parameter(np.zeros((out_caps, out_dim), dtype=dtype), device="cpu") if bias else None
+
+    def forward(self, u, return_coupling=False, return_trace=False):
+        """u (B, I, K) -> v (B, J, D); with ``return_coupling`` (v, [c per iteration]), with
+        ``return_trace`` (v, RoutingTrace), with both (v, [c, ...], RoutingTrace)."""
+        u_hat = F.capsule_predict(u, self.weight)
+        if self.routing == "uniform":
+            return uniform_routing(u_hat, self.bias, return_coupling, leaky_routing=self.leaky_routing,
+                                   trace=return_trace)
+        return dynamic_routing(u_hat, self.iterations, self.gradient, return_coupling, trace=return_trace,
+                               leaky_routing=self.leaky_routing, bias=self.bias)
+
+
+class DigitCaps(CapsuleLayer):
+    """The top capsule layer, one capsule per class: a ``CapsuleLayer`` with weight (I, J, D, K)."""
+
+
+def feature_map_sizes(image_size: int, kernel_size: int) -> tuple[int, int]:
+    """(conv1's output side, PrimaryCaps' output side): a valid convolution, then one with stride 2.
+    Either is below 1 when the image is too small for the two."""
+    conv1_size = image_size - kernel_size + 1
+    return conv1_size, (conv1_size - kernel_size) // 2 + 1
+
+
+class CapsNet(nn.Module):
+    """The CapsNet of the paper, with every size taken from its CapsNetConfig (``model.config``), and
+    its research variants.
+
+    Parameters (shapes at the defaults): conv1.weight (256, C, 9, 9), conv1.bias, primary.weight
+    (256, 256, 9, 9), primary.bias, digit.weight (1152, 10, 16, 8), decoder.fc1/fc2/fc3.weight
+    (out, in) and .bias.
+
+    Variants (the defaults give the paper's model):
+        hidden_capsules: (count, dim) pairs, fully connected capsule layers between PrimaryCaps and
+            DigitCaps (``hidden.0``, ``hidden.1``, ...), each with weight (in_caps, count, dim,
+            in_dim) and its own routing with the same iterations and gradient mode as DigitCaps.
+        capsule_bias: a learned bias per output capsule of every routing layer (``hidden.k.bias``
+            (count, dim), ``digit.bias`` (num_classes, digit_dim)), zero at initialization, added
+            before the squash in every iteration (Peer et al. 2019).
+        routing: "dynamic" (Procedure 1) or "uniform" (c = 1/J, no iterations).
+        conventions: "paper" (the paper's equations) or "official" (the authors' TensorFlow code,
+            Sarasra/models research/capsules): every routing layer gets a bias initialized to 0.1
+            (the same parameter ``capsule_bias`` adds), PrimaryCaps scales its convolution by its
+            one-iteration coupling 1/types before its bias, and weights are drawn from a normal
+            truncated at 2 standard deviations (0.05 for conv1, 0.1 otherwise) with biases 0.1.
+        leaky_routing: an extra zero logit in every softmax over output capsules ("none of the above").
+    """
+
+    def __init__(self, config: CapsNetConfig | dict | None = None, **overrides):
+        """``config`` (a CapsNetConfig, or its dict form; default: the paper's network) with ``overrides``
+        (CapsNetConfig's fields as keywords, e.g. ``CapsNet(routing_iterations=1)``) applied."""
+        super().__init__()
+        self.config = CapsNetConfig.resolved(config, **overrides)
+        (in_channels, image_size, num_classes, routing_iterations, routing_gradient, decoder, conv1_channels,
+         primary_types, primary_dim, digit_dim, kernel_size, hidden_capsules, capsule_bias, routing, conventions,
+         leaky_routing) = (getattr(self.config, f.name) for f in dataclasses.fields(CapsNetConfig))
+        conv1_size, primary_size = feature_map_sizes(image_size, kernel_size)
+        if conv1_size < 1 or primary_size < 1:
+            raise ValueError(f"CapsNet: image_size {image_size} is too small for two {kernel_size}x{kernel_size} convolutions")
+        official = conventions == "official"
+        self.num_primary = primary_types * primary_size * primary_size
+        self.conv1 = nn.Conv2d(in_channels, conv1_channels, kernel_size)
+        # The official PrimaryCaps is a capsule layer with one routing iteration: its c = softmax(0)
+        # over the capsule types (plus the leak) multiplies the convolution before the bias.
+        primary_coupling = 1.0 / (primary_types + (1 if leaky_routing else 0)) if official else 1.0
+        self.primary = PrimaryCaps(conv1_channels, primary_types, primary_dim, kernel_size, stride=2,
+                                   coupling=primary_coupling)
+        layer_options = dict(iterations=routing_iterations, gradient=routing_gradient, routing=routing,
+                             bias=capsule_bias or official, leaky_routing=leaky_routing)
+        in_caps, in_dim = self.num_primary, primary_dim
+        self.hidden = nn.Sequential(*[CapsuleLayer(in_caps if k == 0 else hidden_capsules[k - 1][0],
+                                                   in_dim if k == 0 else hidden_capsules[k - 1][1],
+                                                   count, dim, **layer_options)
+                                      for k, (count, dim) in enumerate(hidden_capsules)])
+        if hidden_capsules:
+            in_caps, in_dim = hidden_capsules[-1]
+        self.digit = DigitCaps(in_caps, in_dim, num_classes, digit_dim, **layer_options)
+        self.decoder = make_decoder(decoder, num_classes * digit_dim, in_channels, image_size)
+        if official:
+            self._official_initialization()
+
+    @classmethod
+    def from_config(cls, config: CapsNetConfig) -> "CapsNet":
+        """The network ``config`` describes."""
+        return cls(config)
+
+    def _official_initialization(self):
+        """Sarasra/models research/capsules, models/layers/variables.py: weight_variable draws from a
+        normal truncated at two standard deviations (stddev 0.1; 5e-2 for conv1 in
+        capsule_model.py inference), bias_variable is the constant 0.1; the reconstruction's fully
+        connected layers (layers.py reconstruction) use the same two initializers."""
+        for name, p in self.named_parameters():
+            if name.startswith("decoder.") and self.config.decoder != "fc":
+                continue  # the official code has only the fully connected decoder
+            if name.endswith("bias"):
+                nn.init.constant_(p, 0.1)
+            else:
+                std = 5e-2 if name == "conv1.weight" else 0.1
+                nn.init.trunc_normal_(p, 0.0, std, -2 * std, 2 * std)
+
+    def routing_layers(self) -> list:
+        """(name, layer) for every routing layer, bottom to top: ("hidden.0", ...), ..., ("digit", ...)."""
+        return [(f"hidden.{k}", layer) for k, layer in enumerate(self.hidden)] + [("digit", self.digit)]
+
+    @property
+    def device(self) -> str:
+        """The device the parameters live on ("cpu" or "cuda")."""
+        return self.digit.weight.device
+
+    def forward(self, x, y=None, return_coupling=False, return_trace=False):
+        """Classify and reconstruct.
+
+        Args:
+            x: (B, C, H, W) images. y: (B,) integer labels, or None.
+        Returns:
+            v (B, num_classes, digit_dim), lengths (B, num_classes) = sqrt(|v|^2 + 1e-8), and the
+            reconstruction (B, C*H*W) from v masked by ``y`` when given, else by the longest capsule.
+            With ``return_coupling``, also DigitCaps' routing coefficients of every iteration; with
+            ``return_trace``, also a list of RoutingTrace, one per routing layer, bottom to top
+            (names in ``routing_layers()``). Both: (v, lengths, reconstruction, couplings, traces).
+            All of it as a CapsNetOutput (see there for how it unpacks).
+        """
+        x = image_batch(x, self.config, self.digit.weight.dtype, "CapsNet")
+        u = self.primary(F.relu(self.conv1(x)))
+        traces, couplings = [], None
+        for name, layer in self.routing_layers():
+            wants_coupling = return_coupling and name == "digit"
+            routed = layer(u, return_coupling=wants_coupling, return_trace=return_trace)
+            if not (wants_coupling or return_trace):
+                u = routed
+                continue
+            u, rest = routed[0], list(routed[1:])
+            if wants_coupling:
+                couplings = rest.pop(0)
+            if return_trace:
+                trace = rest.pop(0)
+                trace.name = name
+                traces.append(trace)
+        v = u
+        lengths = F.sqrt(F.sum(v * v, axis=-1) + LENGTH_EPS)
+        if y is None:
+            chosen = lengths.xp.argmax(lengths.data, axis=1)
+        else:
+            chosen = tc.backend.asarray_like(y.data if isinstance(y, tc.Tensor) else y, lengths.data)
+        mask = F.one_hot(chosen, self.config["num_classes"], dtype=x.dtype)
+        reconstruction = self.decoder(F.reshape(v * F.expand_dims(mask, -1), (x.shape[0], -1)))
+        return CapsNetOutput(v, lengths, reconstruction, couplings, traces if return_trace else None)
+
+
+CapsNet.__init__.__signature__ = keyword_signature(CapsNetConfig)
