@@ -18,6 +18,7 @@ from .autograd_functional import hessian, hvp, jacobian, jvp, vjp  # noqa: E402
 from .profiler import profile  # noqa: E402
 from .serialization import load, save
 from .ops.linalg import get_matmul_precision, set_matmul_precision  # noqa: E402
+from . import cuda_graphs  # noqa: E402  (imports CuPy only when a step is captured)
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,7 @@ __all__ = [
     "StateDictError",
     "Tensor",
     "arange",
+    "cuda_graphs",
     "as_tensor",
     "default_device",
     "detect_anomaly",

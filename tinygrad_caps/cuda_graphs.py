@@ -31,6 +31,9 @@ from . import backend
 from .tensor import Tensor
 
 
+MODES = ("auto", "on", "off")  # how a trainer may use capture: where it can, always (or fail), never
+
+
 class CaptureError(RuntimeError):
     """The step could not be captured (an operation that a CUDA graph cannot hold); the message
     names the first one."""

@@ -11,7 +11,9 @@ import sys
 import traceback
 
 import tinygrad_caps as tc
+from tinygrad_caps.cuda_graphs import MODES as CUDA_GRAPH_MODES
 from tinygrad_caps.data import DATASETS
+from tinygrad_caps.kernels.gemm import PRECISIONS
 
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
 from .checkpoints import MODELS
@@ -63,6 +65,13 @@ def make_parser():
                         "cifar10, whose random crops are their augmentation)")
     t.add_argument("--device", default="auto", help="auto, cpu or cuda")
     t.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    t.add_argument("--cuda-graph", choices=CUDA_GRAPH_MODES, default="auto",
+                   help="capture the training step as a CUDA graph and replay it (GPU only; auto: where the step "
+                        "allows it, saying why not otherwise; on: fail where it cannot; the last, smaller batch "
+                        "of an epoch and logged gradflow steps run eagerly)")
+    t.add_argument("--matmul-precision", choices=PRECISIONS, default="highest",
+                   help="GPU matrix products and convolutions in float32 (highest) or TF32 tensor cores (high, "
+                        "PyTorch's default for cuDNN convolutions); the CPU always computes in float32")
     t.add_argument("--seed", type=seed, default=0)
     t.add_argument("--out", default=None, help="run folder (default: a new folder under runs/)")
     t.add_argument("--limit-train", type=positive_int, default=None)

@@ -5,8 +5,9 @@ not give is taken from the run's ``config.json`` (the options it was started wit
 ``--resume --out DIR`` alone is enough. An option given again with the run's value is fine; one
 given with another value is refused in one line naming it and both values, except the options in
 ``MAY_CHANGE_ON_RESUME``, which change where and how long the run goes on, not what it computes:
-``--epochs`` (extend or shorten the run), ``--device``, ``--data-dir`` (the same data, elsewhere)
-and ``--log-gradflow``. Their new values are written to ``config.json``, and the change is printed.
+``--epochs`` (extend or shorten the run), ``--device``, ``--data-dir`` (the same data, elsewhere),
+``--log-gradflow`` and ``--cuda-graph`` (a captured step computes exactly what the eager one does).
+Their new values are written to ``config.json``, and the change is printed.
 ``--distributed`` and ``--sync-batchnorm`` describe the launch and are taken from the command line.
 
 Options that only a CapsNet has are refused with ``--model cnn`` (``capsule_only_options``), and
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 
-MAY_CHANGE_ON_RESUME = ("epochs", "device", "data_dir", "log_gradflow")
+MAY_CHANGE_ON_RESUME = ("epochs", "device", "data_dir", "log_gradflow", "cuda_graph")
 LAUNCH_OPTIONS = ("distributed", "sync_batchnorm")
 NOT_RUN_OPTIONS = ("command", "out", "resume", "no_progress", "profile", "debug", "explicit")
 # The CapsNet's options (the model options) and the training options that only a CapsNet uses.

@@ -37,6 +37,7 @@ from ..capsnet.model import CapsNet
 from ..errors import TrainingDiverged, UsageError
 from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
 from .checkpoints import build_model
+from .device_sums import DeviceSums
 from .gradflow_log import GradflowLog, keep_gradflow_through_step
 from .option_checks import device_or_usage_error
 from .progress import progress_bar as _progress
@@ -64,20 +65,26 @@ def batch_losses(model, x, y, reconstruction_weight, train: bool, traces=None):
 
 
 def _batch_losses(model, x, y, reconstruction_weight, train, traces):
-    if isinstance(model, BaselineCNN):
-        logits = model(tc.tensor(x, device=model.device))
-        cross_entropy = tc.functional.cross_entropy(logits, y, reduction="none")
-        predicted = tc.backend.to_numpy(logits.data.argmax(axis=1))
-        return tc.functional.mean(cross_entropy), cross_entropy, cross_entropy * 0.0, predicted
     images = tc.tensor(x, device=model.device)  # one upload per batch, used by the model and the loss
     labels = tc.backend.asarray_like(y, images.data)  # the same for the labels (the mask and the margin loss)
+    loss, margin, recon, predicted = device_losses(model, images, labels, reconstruction_weight, train, traces)
+    return loss, margin, recon, tc.backend.to_numpy(predicted)
+
+
+def device_losses(model, images, labels, reconstruction_weight, train: bool, traces=None):
+    """``batch_losses`` on a batch already on the model's device (``images`` a Tensor, ``labels`` an
+    array beside it), with the predicted classes left there too: nothing is read by the host, so a
+    CUDA graph can capture it."""
+    if isinstance(model, BaselineCNN):
+        logits = model(images)
+        cross_entropy = tc.functional.cross_entropy(logits, labels, reduction="none")
+        return tc.functional.mean(cross_entropy), cross_entropy, cross_entropy * 0.0, logits.data.argmax(axis=1)
     outputs = model(images, labels if train else None, return_trace=traces is not None)
     if traces is not None:
         traces.extend(trace.track_grad_norms() for trace in outputs.traces)
     loss, margin, recon = capsule_loss(outputs.lengths, outputs.reconstruction, images, labels, reconstruction_weight,
                                        convention=model.config.conventions, return_terms=True)
-    predicted = tc.backend.to_numpy(outputs.lengths.data.argmax(axis=1))
-    return loss, margin, recon, predicted
+    return loss, margin, recon, outputs.lengths.data.argmax(axis=1)
 
 
 def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT,
@@ -147,18 +154,84 @@ class Trainer:
             check_fits(self.config, min(config["batch_size"], len(self.train_labels)), config.get("dtype", "float32"))
         tc.manual_seed(config["seed"])
         self.model = build_model(self.config).to(device=device, dtype=config.get("dtype", "float32"))
-        self.optimizer = tc.optim.Adam(self.model.parameters(), lr=config["lr"])
+        self.graph_reason = self._cuda_graph_choice(config.get("cuda_graph", "auto"), device)
+        self.optimizer = tc.optim.Adam(self.model.parameters(), lr=config["lr"], capturable=self.graph_reason is None)
         self.scheduler = tc.optim.ExponentialLR(self.optimizer, gamma=config["lr_decay"])
         self.loader = BatchIterator(self.train_images, self.train_labels, config["batch_size"], shuffle=True,
                                     augment=self.config.get("augment"), seed=config["seed"],
                                     preprocess=self.spec.train_preprocess, shard=self.shard)
         self.state = {"epoch": 0, "step": 0, "sums": _zero_sums(), "best_accuracy": -1.0, "seconds": 0.0}
+        # Metrics gather on the device; the host reads them after every batch on the CPU, every
+        # FLUSH_EVERY batches on a GPU (and before every checkpoint and at the epoch's end).
+        self.device_sums = DeviceSums(device)
+        self.flush_every = 1 if device == "cpu" else FLUSH_EVERY
+        self.captured_step = None
         every = config.get("log_gradflow")
         self.gradflow_log = GradflowLog(self.out_dir / "gradflow.jsonl", every, fresh=not self.resuming) if every else None
         if self.resuming:
             self.restore(checkpoint)
         elif resume:
             self._say(f"nothing to resume in {self.out_dir}; starting afresh")
+
+    def _cuda_graph_choice(self, mode: str, device: str):
+        """None when the training step will be captured as a CUDA graph, else why not (``mode``:
+        "auto" captures where it can and says why not on a GPU; "on" makes that a UsageError;
+        "off" never captures)."""
+        if mode not in tc.cuda_graphs.MODES:
+            raise UsageError(f"--cuda-graph must be one of {', '.join(tc.cuda_graphs.MODES)}, got {mode!r}")
+        if mode == "off":
+            return "--cuda-graph off"
+        reason = tc.cuda_graphs.capture_unavailable_reason(device)
+        if reason is None and self.shard[1] > 1:
+            reason = "distributed training runs its collectives outside a graph"
+        if reason is None and not tc.kernels.raw_kernels_enabled():
+            reason = "TINYGRAD_CAPS_RAW_KERNELS=0 sends the capsule ops to CuPy's einsum, which calls cuBLAS"
+        if reason is None and isinstance(self.model, BaselineCNN) and self.model.dropout > 0:
+            reason = "the CNN's dropout draws a new mask each step (use --dropout 0 to capture)"
+        if reason is not None and mode == "on":
+            raise UsageError(f"--cuda-graph on: the training step cannot be captured: {reason}")
+        if reason is not None and device != "cpu":
+            self._say(f"CUDA graph: off ({reason})")
+        return reason
+
+    def _train_step(self, images, labels, traces=None):
+        """One optimizer step on a batch on the device (``images`` a Tensor, ``labels`` an array),
+        its metrics added to the device sums; what a CUDA graph captures (with ``traces`` None)."""
+        loss, margin, recon, predicted = device_losses(self.model, images, labels, self.weight, train=True,
+                                                       traces=traces)
+        if self.flush_every == 1:  # the CPU: checked before the step reaches the weights
+            loss_value = loss.item()
+            if not math.isfinite(loss_value):
+                raise TrainingDiverged(f"the training loss became non-finite ({loss_value}) at epoch "
+                                       f"{self.state['epoch'] + 1}, batch {self.state['step'] + 1}; {self._last_good()}; "
+                                       "try a smaller --lr")
+        self.optimizer.zero_grad()
+        loss.backward()
+        self._check_gradients()
+        self.optimizer.step()
+        self.device_sums.add(loss, margin, recon, predicted, labels, labels.shape[0])
+
+    def _run_batch(self, x, y, traces):
+        """Train on one host batch: replayed from the CUDA graph when the step is captured (after its
+        warm-up) and the batch is full, else eagerly (a last, smaller batch; a logged gradflow step)."""
+        if self.graph_reason is None and traces is None and len(y) == self.config["batch_size"] // self.shard[1]:
+            if self.captured_step is None:
+                with tc.backend.on_device(self.model.device):
+                    images = tc.zeros(x.shape, dtype=x.dtype, device=self.model.device)
+                    labels = tc.zeros(y.shape, dtype=np.int64, device=self.model.device)
+                self.captured_step = tc.cuda_graphs.CapturedStep(
+                    lambda: self._train_step(images, labels.data), [images, labels], warmup=2)
+            self.captured_step(x, y.astype(np.int64, copy=False))
+            return
+        with tc.backend.on_device(self.model.device):
+            images = tc.tensor(x, device=self.model.device)
+            self._train_step(images, tc.backend.asarray_like(y, images.data), traces)
+
+    def _flush_sums(self) -> None:
+        """Read the device sums into the epoch's running sums (TrainingDiverged if one is not finite)."""
+        if not self.device_sums.flush(self.state["sums"]):
+            raise TrainingDiverged(f"the training loss became non-finite by epoch {self.state['epoch'] + 1}, batch "
+                                   f"{self.state['step']}; {self._last_good()}; try a smaller --lr")
 
     def _load_checkpoint(self) -> dict:
         """``last.npz``, with its whole structure validated (warnings printed to stderr)."""
@@ -254,6 +327,14 @@ class Trainer:
 
     def run(self) -> list:
         """Train until the configured epoch count; returns the metrics of the epochs run here."""
+        previous = tc.get_matmul_precision()
+        tc.set_matmul_precision(self.config.get("matmul_precision", "highest"))
+        try:
+            return self._run()
+        finally:
+            tc.set_matmul_precision(previous)
+
+    def _run(self) -> list:
         history = []
         with self.signals as stop:
             try:
@@ -293,34 +374,30 @@ class Trainer:
                 self._check_stop(stop)
                 with stop.critical():  # a batch is applied and counted whole, or not at all
                     traces = [] if self._gradflow_due() else None
-                    loss, margin, recon, predicted = batch_losses(self.model, x, y, self.weight, train=True,
-                                                                  traces=traces)
-                    loss_value = loss.item()
-                    if not math.isfinite(loss_value):
-                        raise TrainingDiverged(f"the training loss became non-finite ({loss_value}) at epoch {state['epoch'] + 1}, "
-                                               f"batch {state['step'] + 1}; {self._last_good()}; try a smaller --lr")
-                    self.optimizer.zero_grad()
-                    loss.backward()
-                    self._check_gradients()
-                    self.optimizer.step()
+                    self._run_batch(x, y, traces)
                     crash_point("optimizer-step")
-                    sums["loss"] += loss_value * len(y)
-                    sums["margin_loss"] += float(tc.backend.to_numpy(margin.data).sum())
-                    sums["reconstruction_loss"] += float(tc.backend.to_numpy(recon.data).sum())
-                    sums["correct"] += int((predicted == y).sum())
                     sums["seen"] += len(y)
                     state["step"] += 1
+                    flush = state["step"] % self.flush_every == 0
+                    if flush:
+                        self._flush_sums()
                 self.ensure_run_folder()
                 if traces and self.writes_files:
                     self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
                                             self.model.digit.gradient, traces)
                 if bar is not None:  # tqdm itself shows images/s
                     bar.update(len(y) * self.shard[1])  # every rank trained on as many images
-                    bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.4f}", acc=f"{sums['correct'] / sums['seen']:.3f}")
+                    if flush:
+                        bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.4f}",
+                                        acc=f"{sums['correct'] / sums['seen']:.3f}")
         finally:
-            state["seconds"] += time.perf_counter() - started
-            if bar is not None:
-                bar.close()
+            try:
+                with stop.critical(raise_pending=False):
+                    self._flush_sums()  # the sums a checkpoint or the epoch's line will read
+            finally:
+                state["seconds"] += time.perf_counter() - started
+                if bar is not None:
+                    bar.close()
 
     def _global_step(self) -> int:
         """Training steps done over the whole run (1-based once the first batch has trained)."""
@@ -369,6 +446,10 @@ class Trainer:
 def train(config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print) -> list:
     """Train a CapsNet as ``config`` says (the CLI's options); returns the per-epoch metrics.
 
+    ``config["cuda_graph"]`` ("auto" by default, "on", "off") captures the training step as a CUDA
+    graph on a GPU; ``config["matmul_precision"]`` ("highest" by default, or "high": TF32) is the
+    precision of the GPU's matrix products and convolutions while the run trains.
+
     Writes ``config.json``, appends one line per epoch to ``metrics.jsonl``, and keeps
     ``checkpoints/last.npz`` (also on Ctrl-C, at the next batch boundary) and ``checkpoints/best.npz``.
     """
@@ -396,6 +477,9 @@ def _silence_stdout() -> None:
 def _as_json(value):
     """``value`` as JSON sees it (tuples are lists), for comparing options with a checkpoint's."""
     return json.loads(json.dumps(value))
+
+
+FLUSH_EVERY = 50  # batches between the GPU's metric reads (the progress bar's loss and accuracy)
 
 
 def _zero_sums():
