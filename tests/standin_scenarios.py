@@ -297,6 +297,42 @@ def captured_training_equals_eager(_):
     print("ok")
 
 
+def training_captured_equals_eager(folder):
+    """``train()`` on a stand-in GPU with the step captured as a CUDA graph (two warm-up batches, a
+    capture, replays, an eager last batch of 4) equals the eager run: metrics and weights to 1e-6;
+    a run stopped mid-epoch and resumed (captured again) equals both."""
+    import os
+    from tinygrad_caps.models.training import Interrupted
+
+    folder = Path(folder)
+    write_striped_dataset(folder / "data" / "tiny", (44, 12))  # 5 batches of 8, then one of 4
+    config = dict(dataset="tiny", data_dir=str(folder / "data"), batch_size=8, epochs=2, lr=2e-3, lr_decay=0.5,
+                  seed=0, augment="shift", device="cuda", **TINY_MODEL)
+    quiet = dict(show_progress=False, log=lambda *a: None)
+    train(dict(config, cuda_graph="off"), folder / "eager", **quiet)
+    train(dict(config, cuda_graph="on"), folder / "graph", **quiet)
+    os.environ["TINYGRAD_CAPS_TEST_CRASH"] = "optimizer-step@9:INT"  # in the second epoch, after a replay
+    try:
+        train(dict(config, cuda_graph="on"), folder / "cut", **quiet)
+        raise AssertionError("the run was not interrupted")
+    except Interrupted:
+        pass
+    finally:
+        del os.environ["TINYGRAD_CAPS_TEST_CRASH"]
+    train(dict(config, cuda_graph="on"), folder / "cut", resume=True, **quiet)
+    runs = {run: [json.loads(line) for line in (folder / run / "metrics.jsonl").read_text().splitlines()]
+            for run in ("eager", "graph", "cut")}
+    weights = {run: tc.load(folder / run / "checkpoints" / "last.npz")["model"] for run in runs}
+    for run in ("graph", "cut"):
+        assert len(runs[run]) == 2, runs[run]
+        for got, want in zip(runs[run], runs["eager"]):
+            for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr"):
+                np.testing.assert_allclose(got[key], want[key], rtol=1e-6, err_msg=f"{run} {key}")
+        for name, w in weights["eager"].items():
+            np.testing.assert_allclose(weights[run][name], w, rtol=1e-6, atol=1e-7, err_msg=f"{run} {name}")
+    print("ok")
+
+
 def gemm_layouts_and_precision(_):
     """kernels.gemm on every operand layout the engine passes (C-contiguous, transposed views,
     strided slices, batched), against NumPy; "high" rounds float32 operands to TF32."""
@@ -330,7 +366,7 @@ def gemm_layouts_and_precision(_):
 SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, tensor_api_on_the_second_gpu,
                                      train_on_the_second_gpu, nccl_one_rank, nccl_runs_when_waited_for,
                                      capture_follows_cuda_rules, captured_training_equals_eager,
-                                     gemm_layouts_and_precision)}
+                                     gemm_layouts_and_precision, training_captured_equals_eager)}
 
 if __name__ == "__main__":  # NAME[,NAME...] [DIR]
     for name in sys.argv[1].split(","):

@@ -383,6 +383,8 @@ class ndarray(NDArrayOperatorsMixin):
             _require_on(self, device)
         unwrapped = _unwrap_key(key, device)
         result = self._a[unwrapped]
+        if basic and isinstance(result, numpy.generic):  # CuPy gives a 0-d view, NumPy a scalar (a copy)
+            result = self._a[(*(unwrapped if isinstance(unwrapped, tuple) else (unwrapped,)), Ellipsis)]
         if not basic:
             _record(operator.getitem, (self._a, unwrapped), {}, result)
         return _wrap(result, self._device)
@@ -449,8 +451,11 @@ def _method(array, bound, name, args, kwargs):
 
 
 def _as_array(result):
-    """A NumPy scalar result as the 0-d array CuPy returns (a replay writes into it)."""
-    return numpy.asarray(result) if isinstance(result, numpy.generic) else result
+    """A NumPy scalar or Python number result as the 0-d array CuPy returns (``count_nonzero`` of
+    NumPy returns an int), so a replay writes into it."""
+    if isinstance(result, (numpy.generic, numbers.Number)) and not isinstance(result, bool):
+        return numpy.asarray(result)
+    return result
 
 
 def _rebuild(host, device):
