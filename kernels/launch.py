@@ -18,6 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+# DeviceError, device_name and device_context have been importable from here since before device.py
+from .device import DeviceError, array_module, device_context, device_name  # noqa: F401
+
+array_module_of = array_module  # the name the launchers knew it by
+
 SOURCE_DIR = Path(__file__).resolve().parent
 # Our options for RawModule; CuPy adds its own (include paths, -ftz=true, the architecture and
 # --device-as-default-execution-space), which compile_check reads from CuPy itself.
@@ -54,7 +59,7 @@ def kernel_runner_for(array):
     """The runner the engine should use for ``array``: the GPU runner for a CuPy array (unless
     ``use_raw_kernels(False)``), the emulator inside ``run_numpy_arrays_with``, else None (the
     engine's own NumPy or CuPy code)."""
-    if array_module_of(array) is not np:
+    if array_module(array) is not np:
         return run_on_gpu if _raw_enabled else None
     return _numpy_runner
 
@@ -145,38 +150,12 @@ def suffix(dtype) -> str:
     return DTYPE_SUFFIX[np.dtype(dtype)]
 
 
-def array_module_of(array):
-    """``numpy`` or ``cupy`` for an array (CuPy is imported only when given a CuPy array)."""
-    if type(array).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
-
-
-class DeviceError(RuntimeError, ValueError):
-    """A device is unavailable, unknown, or the arrays of one op or kernel call live on different
-    devices (NumPy and CuPy, or two GPUs). The engine's ``tinygrad_caps.DeviceError`` is this class."""
-
-
-def device_name(array) -> str:
-    """"cpu" for a NumPy array, "cuda:N" for a CuPy array on GPU N."""
-    if type(array) is np.ndarray:  # the common case first: every recorded op asks
-        return "cpu"
-    return "cpu" if array_module_of(array) is np else f"cuda:{array.device.id}"
-
-
-def device_context(array):
-    """A context that makes the GPU holding ``array`` current (nothing for NumPy arrays)."""
-    return contextlib.nullcontext() if array_module_of(array) is np else array.device
-
-
 def prepare(op: str, named_arrays: dict, ndims: dict):
     """Check that arrays share one float dtype and one device and have the right ranks; return
     them C-contiguous (RawKernels ignore strides), in the given order, on their own device.
     Raises DeviceError when they live on different devices."""
     first_name, first = next(iter(named_arrays.items()))
-    xp = array_module_of(first)
+    xp = array_module(first)
     dtype = np.dtype(first.dtype)
     if not has_kernels_for(dtype):
         raise TypeError(f"{op}: kernels take float32 or float64, got {first_name} of dtype {dtype}")
@@ -254,7 +233,7 @@ def run_on_gpu(launch: KernelLaunch) -> None:
 
 def default_runner(arrays):
     """The runner for these arrays: the GPU for CuPy arrays; NumPy arrays need an explicit runner."""
-    if array_module_of(arrays[0]) is np:
+    if array_module(arrays[0]) is np:
         raise TypeError("these RawKernels take CuPy arrays; to run them on NumPy arrays pass "
                         "runner=tinygrad_caps.kernels.emulation.Emulator()")
     return run_on_gpu
