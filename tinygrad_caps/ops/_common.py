@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, zero_dim_dtype
 

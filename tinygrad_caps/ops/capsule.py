@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _parallel as parallel
-from ..autograd import DeferredGradient, is_grad_enabled
+from ..autograd.deferred import DeferredGradient
+from ..autograd.grad_mode import is_grad_enabled
 from ..backend import array_module
 from ..errors import GraphError, ShapeError
 from ..kernels import capsule as capsule_kernels

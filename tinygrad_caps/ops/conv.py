@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..backend import array_module
 from ..kernels import conv as conv_kernels
 from ..kernels import launch as kernel_launch

@@ -1,7 +1,7 @@
 """Matrix products: matmul (batched, broadcasting) and linear."""
 from __future__ import annotations
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..backend import array_module
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
