@@ -5,7 +5,7 @@ import numpy as np
 
 from ..autograd.function import Function
 from ..errors import ShapeError
-from ..tensor import Tensor, as_tensor, zero_dim_dtype
+from ..tensor import Tensor, as_tensor, leaf, zero_dim_dtype
 
 
 def operands(a, b):
@@ -41,8 +41,8 @@ def _cast_zero_dim(x, like):
 
 
 def constant(array) -> Tensor:
-    """Wrap an array as a Tensor outside the graph (a mask, a scale)."""
-    return Tensor._wrap(array)
+    """An array as a Tensor outside the graph (a mask, a scale): ``leaf(array)``, no copy."""
+    return leaf(array)
 
 
 def normalize_axes(axis, ndim: int, op: str):
