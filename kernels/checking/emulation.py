@@ -14,8 +14,8 @@ library so static ``__shared__`` memory belongs to one block. ``max_blocks`` cap
 launchers build, so grid-stride loops take several passes. Outputs are filled with NaN before each
 launch, so an element the kernel never writes fails the comparison. A block whose threads all wait
 forever (a ``__syncthreads`` some threads never reach while others wait at a shuffle) fails the
-launch as a deadlock under fibers; with OS threads it hangs. Use small shapes: fibers run 0.3 to 12
-million CUDA threads a second, OS threads about 0.01 million (``benchmarks/emulation_speed.py``).
+launch as a deadlock under fibers; with OS threads it hangs. Use small shapes: every CUDA thread
+runs in software, and OS threads far slower than fibers (``benchmarks/emulation_speed.py`` measures both).
 
 Sanitizers: ``Emulator(sanitize="thread")`` builds with ThreadSanitizer (a missing
 ``__syncthreads`` or ``__syncwarp``, a racy ``+=``, or two blocks writing one element are reported
