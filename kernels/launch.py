@@ -5,7 +5,7 @@ device: :class:`DeviceError` otherwise), allocates the outputs on that device, a
 :class:`KernelLaunch` records (kernel name, grid, block, arguments, dynamic shared memory). A
 *runner* executes them: :func:`run_on_gpu` on the GPU that holds the arrays, through a CuPy
 ``RawModule`` compiled once per process and device (the kernel objects are cached too), or
-``emulation.Emulator`` on the CPU with the very same record. Both check CUDA's launch limits.
+``checking.emulation.Emulator`` on the CPU with the very same record. Both check CUDA's launch limits.
 The engine asks :func:`kernel_runner_for` which runner serves an array.
 """
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-# DeviceError, device_name and device_context have been importable from here since before device.py
+# DeviceError, device_name, device_context and array_module_of were defined here before device.py
+# held them for the engine too: still importable from here
 from .device import DeviceError, array_module, device_context, device_name  # noqa: F401
 
-array_module_of = array_module  # the name the launchers knew it by
+array_module_of = array_module
 
 SOURCE_DIR = Path(__file__).resolve().parent
 # Our options for RawModule; CuPy adds its own (include paths, -ftz=true, the architecture and
@@ -46,7 +47,7 @@ _numpy_runner = None
 @contextlib.contextmanager
 def run_numpy_arrays_with(runner):
     """Within this context the engine sends NumPy arrays through the kernels too, run by ``runner``
-    (an ``emulation.Emulator``): how the engine's ops are tested on the kernel path without a GPU."""
+    (a ``checking.emulation.Emulator``): how the engine's ops are tested on the kernel path without a GPU."""
     global _numpy_runner
     previous, _numpy_runner = _numpy_runner, runner
     try:
@@ -235,7 +236,7 @@ def default_runner(arrays):
     """The runner for these arrays: the GPU for CuPy arrays; NumPy arrays need an explicit runner."""
     if array_module(arrays[0]) is np:
         raise TypeError("these RawKernels take CuPy arrays; to run them on NumPy arrays pass "
-                        "runner=tinygrad_caps.kernels.emulation.Emulator()")
+                        "runner=tinygrad_caps.kernels.checking.emulation.Emulator()")
     return run_on_gpu
 
 
