@@ -67,28 +67,38 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
     unreached) and leaves every ``.grad`` alone.
     """
     walk = _Walk(root_grads, targets, create_graph)
-    buffers = walk.buffers
     for root, g in zip(roots, root_grads):
         walk.receive(root, g)
     order = topological_order([r.creator for r in roots if r.creator is not None])
-    needed = walk.plan(order)
+    needed = walk.plan(order)  # grad(): only the nodes on a path to a target
+    buffers, leaves, pending, observer = walk.buffers, walk.leaves, walk.pending, walk.observer
     with set_grad_enabled(create_graph):
         for fn in order:
             if needed is not None and id(fn) not in needed:
                 continue
             with _node_device(fn):  # the node's GPU is current while its gradient is handled
                 gy = buffers.pop(id(fn))
-                if gy is None:  # no gradient reached it (every consumer returned None for it)
-                    walk.finish_hooked_leaves(fn)
-                    continue
-                gy = walk.output_gradient(fn, gy)
-                fn.check_versions()
-                gxs = walk.call_backward(fn, gy)
-                del gy  # a gradient is freed as soon as its node consumed it
-                walk.pass_on(fn, gxs)
-                del gxs
-                walk.finish_hooked_leaves(fn)
-                if not retain_graph:
+                reached = gy is not None  # (not when every consumer returned None for it)
+                if reached:
+                    gy = walk.output_gradient(fn, gy)
+                    fn.check_versions()
+                    gxs = _backward_of(fn, gy) if observer is None else walk.observed_backward(fn, gy)
+                    del gy  # a gradient is freed as soon as its node consumed it
+                    for x, gx, need, edge in zip(fn.inputs, gxs, fn.needs_grad, fn.next):
+                        if not need or gx is None or edge is None:
+                            continue
+                        if gx.shape != x.shape:
+                            raise GraphError(f"{fn.name}.backward returned a gradient of shape {gx.shape} "
+                                             f"for an input of shape {tuple(x.shape)}")
+                        if gx.dtype != x.dtype:
+                            gx = materialized(gx).astype(x.dtype)
+                        if not isinstance(edge, Function):
+                            leaves[id(edge)] = edge
+                        buffers.add(id(edge), gx)
+                    del gxs
+                if pending:  # backward(): leaves whose gradient is complete get it, and their hooks run
+                    finish_hooked_leaves(fn, pending, buffers, walk.assigner)
+                if reached and not retain_graph:
                     fn.release()
         walk.finish()
     return walk.result()
@@ -135,11 +145,10 @@ class _Walk:
                 self.assigner.assign(out, gy)
         return gy
 
-    def call_backward(self, fn, gy):
-        """``fn.backward(gy)`` as a tuple, told to the observer if there is one."""
+    def observed_backward(self, fn, gy):
+        """``fn.backward(gy)`` as a tuple, told to the observer (deferred gradients built first
+        if it reads their values)."""
         observer = self.observer
-        if observer is None:
-            return _backward_of(fn, gy)
         gy_array = gy.data
         start = observer.clock((gy_array,))
         gxs = _backward_of(fn, gy)
@@ -147,26 +156,6 @@ class _Walk:
             gxs = tuple(materialized(g) for g in gxs)
         observer.node_backward(fn, gy_array, gxs, start)
         return gxs
-
-    def pass_on(self, fn, gxs):
-        """Add each input's gradient (checked against its shape, cast to its dtype) to the buffer
-        of the node or leaf that made that input."""
-        buffers, leaves = self.buffers, self.leaves
-        for x, gx, need, edge in zip(fn.inputs, gxs, fn.needs_grad, fn.next):
-            if not need or gx is None or edge is None:
-                continue
-            if gx.shape != x.shape:
-                raise GraphError(f"{fn.name}.backward returned a gradient of shape {gx.shape} "
-                                 f"for an input of shape {tuple(x.shape)}")
-            if gx.dtype != x.dtype:
-                gx = materialized(gx).astype(x.dtype)
-            if not isinstance(edge, Function):
-                leaves[id(edge)] = edge
-            buffers.add(id(edge), gx)
-
-    def finish_hooked_leaves(self, fn):
-        if self.pending:
-            finish_hooked_leaves(fn, self.pending, self.buffers, self.assigner)
 
     def finish(self):
         """What is left belongs to leaves, or (for grad()) to targets whose creator was not needed."""
