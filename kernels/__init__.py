@@ -1,8 +1,8 @@
 """CUDA kernels (CuPy RawKernels) and their launchers; installed as ``tinygrad_caps.kernels``.
 
 Deals in arrays only and imports nothing of the engine. Each ``.cu`` file here compiles with
-NVRTC under CuPy's own options (``compile_check``), runs on the CPU through the emulation
-harness (``emulation``), and on a GPU against NumPy (``selftest``).
+NVRTC under CuPy's own options, runs on the CPU through an emulation harness, and on a GPU
+against NumPy: that checking code is the sub-package ``checking/``.
 
     im2col.cu   im2col, col2im (32- and 64-bit index variants)              (launchers in conv.py)
     capsule.cu  capsule_predict, capsule_grad (both adjoints in one pass),
@@ -12,6 +12,9 @@ harness (``emulation``), and on a GPU against NumPy (``selftest``).
                 routing_forward (every routing iteration, forward only)      (routing.py)
     activation.cu  squash_rows, softmax_rows and their adjoints over the last axis  (activation.py)
     optim.cu    adam_step (Adam/AdamW/AMSGrad, in place, one launch per parameter) (optim.py)
+
+    launch.py   the launch record, source loading, the CuPy runner, launch-limit checks
+    device.py   DeviceError, device names and contexts, array modules (the engine's too)
 """
 from .launch import raw_kernels_enabled, use_raw_kernels
 

@@ -5,7 +5,7 @@ device: :class:`DeviceError` otherwise), allocates the outputs on that device, a
 :class:`KernelLaunch` records (kernel name, grid, block, arguments, dynamic shared memory). A
 *runner* executes them: :func:`run_on_gpu` on the GPU that holds the arrays, through a CuPy
 ``RawModule`` compiled once per process and device (the kernel objects are cached too), or
-``emulation.Emulator`` on the CPU with the very same record. Both check CUDA's launch limits.
+``checking.emulation.Emulator`` on the CPU with the very same record. Both check CUDA's launch limits.
 The engine asks :func:`kernel_runner_for` which runner serves an array.
 """
 from __future__ import annotations
@@ -17,6 +17,12 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+# DeviceError, device_name, device_context and array_module_of were defined here before device.py
+# held them for the engine too: still importable from here
+from .device import DeviceError, array_module, device_context, device_name  # noqa: F401
+
+array_module_of = array_module
 
 SOURCE_DIR = Path(__file__).resolve().parent
 # Our options for RawModule; CuPy adds its own (include paths, -ftz=true, the architecture and
@@ -41,7 +47,7 @@ _numpy_runner = None
 @contextlib.contextmanager
 def run_numpy_arrays_with(runner):
     """Within this context the engine sends NumPy arrays through the kernels too, run by ``runner``
-    (an ``emulation.Emulator``): how the engine's ops are tested on the kernel path without a GPU."""
+    (a ``checking.emulation.Emulator``): how the engine's ops are tested on the kernel path without a GPU."""
     global _numpy_runner
     previous, _numpy_runner = _numpy_runner, runner
     try:
@@ -54,7 +60,7 @@ def kernel_runner_for(array):
     """The runner the engine should use for ``array``: the GPU runner for a CuPy array (unless
     ``use_raw_kernels(False)``), the emulator inside ``run_numpy_arrays_with``, else None (the
     engine's own NumPy or CuPy code)."""
-    if array_module_of(array) is not np:
+    if array_module(array) is not np:
         return run_on_gpu if _raw_enabled else None
     return _numpy_runner
 
@@ -145,38 +151,12 @@ def suffix(dtype) -> str:
     return DTYPE_SUFFIX[np.dtype(dtype)]
 
 
-def array_module_of(array):
-    """``numpy`` or ``cupy`` for an array (CuPy is imported only when given a CuPy array)."""
-    if type(array).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
-
-
-class DeviceError(RuntimeError, ValueError):
-    """A device is unavailable, unknown, or the arrays of one op or kernel call live on different
-    devices (NumPy and CuPy, or two GPUs). The engine's ``tinygrad_caps.DeviceError`` is this class."""
-
-
-def device_name(array) -> str:
-    """"cpu" for a NumPy array, "cuda:N" for a CuPy array on GPU N."""
-    if type(array) is np.ndarray:  # the common case first: every recorded op asks
-        return "cpu"
-    return "cpu" if array_module_of(array) is np else f"cuda:{array.device.id}"
-
-
-def device_context(array):
-    """A context that makes the GPU holding ``array`` current (nothing for NumPy arrays)."""
-    return contextlib.nullcontext() if array_module_of(array) is np else array.device
-
-
 def prepare(op: str, named_arrays: dict, ndims: dict):
     """Check that arrays share one float dtype and one device and have the right ranks; return
     them C-contiguous (RawKernels ignore strides), in the given order, on their own device.
     Raises DeviceError when they live on different devices."""
     first_name, first = next(iter(named_arrays.items()))
-    xp = array_module_of(first)
+    xp = array_module(first)
     dtype = np.dtype(first.dtype)
     if not has_kernels_for(dtype):
         raise TypeError(f"{op}: kernels take float32 or float64, got {first_name} of dtype {dtype}")
@@ -254,9 +234,9 @@ def run_on_gpu(launch: KernelLaunch) -> None:
 
 def default_runner(arrays):
     """The runner for these arrays: the GPU for CuPy arrays; NumPy arrays need an explicit runner."""
-    if array_module_of(arrays[0]) is np:
+    if array_module(arrays[0]) is np:
         raise TypeError("these RawKernels take CuPy arrays; to run them on NumPy arrays pass "
-                        "runner=tinygrad_caps.kernels.emulation.Emulator()")
+                        "runner=tinygrad_caps.kernels.checking.emulation.Emulator()")
     return run_on_gpu
 
 

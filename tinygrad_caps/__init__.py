@@ -3,6 +3,14 @@
     import tinygrad_caps as tc
     import tinygrad_caps.functional as F
 """
+try:  # the install maps the top-level folders kernels/ and models/ into this package
+    from .kernels import device as _kernel_device  # noqa: F401
+except ModuleNotFoundError as exc:
+    if exc.name != f"{__name__}.kernels":
+        raise
+    raise ImportError(f"{__name__}.kernels is missing: the package is not installed, and only the install maps the "
+                      "repository's kernels/ and models/ folders into it; from the repository root, run: "
+                      "pip install -e .") from None
 from ._allocator import tune_allocator
 from .autograd import (detect_anomaly, enable_grad, grad, is_anomaly_enabled, is_grad_enabled, no_grad,
                        set_grad_enabled)

@@ -13,31 +13,24 @@ fallback to the CPU.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 
 import numpy as np
 
-from .errors import DeviceError
+# The device helpers both layers use (the kernels import nothing of the engine, so they live there);
+# imported here under the names the engine has always used.
+from .kernels.device import (DeviceError, array_module, cuda_device_name, cuda_index, cupy_module,  # noqa: F401
+                             current_cuda_device, device_of, is_cupy_array, module_for, on_device,
+                             parse_cuda_index as _parse_cuda_index)
 # on_device_of(array): ``on_device`` for the device that holds ``array`` (CuPy allocates on the
-# current device); the kernels' own helper, which the launchers use for the same purpose.
-from .kernels.launch import device_context as on_device_of  # noqa: F401
+# current device); the launchers use it for the same purpose.
+from .kernels.device import device_context as on_device_of  # noqa: F401
 # absolute_device_of(array): "cpu" or "cuda:N" for the device holding ``array`` (never "cuda", whose
 # meaning changes with the current GPU)
-from .kernels.launch import device_name as absolute_device_of  # noqa: F401
+from .kernels.device import device_name as absolute_device_of  # noqa: F401
 
 DEVICES = ("cpu", "cuda")  # and "cuda:N"
-
-
-@functools.lru_cache(maxsize=None)
-def cupy_module():
-    """Return the ``cupy`` module, or None when CuPy is not installed or fails to import."""
-    try:
-        import cupy
-    except Exception:  # ImportError, or a broken CUDA install raising at import
-        return None
-    return cupy
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,26 +50,6 @@ def _gpu_status() -> tuple[bool, str]:
 def gpu_available() -> bool:
     """True when CuPy imports and a CUDA device answers (checked once per process)."""
     return _gpu_status()[0]
-
-
-def _parse_cuda_index(name: str, original):
-    """None for "cuda", N for "cuda:N"; DeviceError for anything else that starts with "cuda"."""
-    if name == "cuda":
-        return None
-    index = name[len("cuda:"):]
-    if not name.startswith("cuda:") or not index.isdigit():
-        raise DeviceError(f"unknown device {original!r}; expected 'cpu', 'cuda', 'cuda:N' or 'auto'")
-    return int(index)
-
-
-def current_cuda_device() -> int:
-    """The index of CuPy's current CUDA device."""
-    return cupy_module().cuda.Device().id
-
-
-def cuda_device_name(index: int) -> str:
-    """The canonical name of GPU ``index``: "cuda" for the current device, else "cuda:N"."""
-    return "cuda" if index == current_cuda_device() else f"cuda:{index}"
 
 
 def normalize_device(device) -> str:
@@ -107,26 +80,12 @@ def normalize_device(device) -> str:
     return cuda_device_name(index)
 
 
-def cuda_index(device: str) -> int:
-    """The GPU index of a canonical CUDA device name ("cuda" is the current device)."""
-    index = _parse_cuda_index(device, device)
-    return current_cuda_device() if index is None else index
-
-
 def absolute_device(device) -> str:
     """``"cpu"`` or ``"cuda:N"`` for a device name: unlike the canonical ``"cuda"``, it names the
     same GPU whichever GPU is current later (an op that runs inside another GPU's context needs
     this). DeviceError as ``normalize_device``."""
     device = normalize_device(device)
     return device if device == "cpu" else f"cuda:{cuda_index(device)}"
-
-
-def on_device(device: str):
-    """A ``with`` context in which CuPy allocates and launches on ``device`` (a canonical name, as
-    from ``normalize_device``); for "cpu", a context that does nothing."""
-    if device.startswith("cuda"):
-        return cupy_module().cuda.Device(cuda_index(device))
-    return contextlib.nullcontext()
 
 
 def use_device(device) -> str:
@@ -146,30 +105,6 @@ def default_device() -> str:
     if forced and forced != "auto":
         return normalize_device(forced)
     return "cuda" if gpu_available() else "cpu"
-
-
-def is_cupy_array(array) -> bool:
-    """True when ``array`` is a ``cupy.ndarray`` (without importing CuPy when it was never imported)."""
-    if type(array) is np.ndarray:  # the common case first: every op asks
-        return False
-    cp = cupy_module() if type(array).__module__.startswith("cupy") else None
-    return cp is not None and isinstance(array, cp.ndarray)
-
-
-def array_module(array):
-    """Return ``numpy`` or ``cupy``: the module that owns ``array``."""
-    return cupy_module() if is_cupy_array(array) else np
-
-
-def device_of(array) -> str:
-    """The device holding ``array``: "cpu" for NumPy and anything else, "cuda" for a CuPy array on
-    the current device, "cuda:N" for one on another GPU."""
-    return cuda_device_name(array.device.id) if is_cupy_array(array) else "cpu"
-
-
-def module_for(device: str):
-    """The array module that holds data on ``device`` (a normalized name)."""
-    return cupy_module() if device.startswith("cuda") else np
 
 
 def to_device(array, device: str):

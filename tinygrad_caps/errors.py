@@ -13,9 +13,7 @@ class ShapeError(ValueError):
 
 # A device is unavailable, unknown, or two operands of one op live on different devices (two GPUs
 # included). Defined beside the kernels, which raise it too and import nothing of the engine.
-from .kernels import launch as _kernel_launch  # noqa: E402
-
-DeviceError = _kernel_launch.DeviceError
+from .kernels.device import DeviceError  # noqa: E402,F401
 
 
 class GraphError(RuntimeError):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import time
 
-from . import autograd
+from .autograd.deferred import DeferredGradient
+from .autograd.observers import GRADIENT_SUMS, Observer, start_observing, stop_observing
 from .backend import cupy_module, is_cupy_array
 
 
@@ -27,8 +28,9 @@ def _new_bytes(array, sources) -> int:
     return int(getattr(array, "nbytes", 0))
 
 
-class Profile:
-    """A context that records per-op calls, forward and backward seconds, and bytes created."""
+class Profile(Observer):
+    """A context that records per-op calls, forward and backward seconds, and bytes created: an
+    observer of the tape (``tinygrad_caps.autograd.Observer``) of the thread that entered it."""
 
     def __init__(self, cuda_sync: bool = False):
         self.cuda_sync = bool(cuda_sync)
@@ -36,15 +38,23 @@ class Profile:
         self._previous = None
 
     def __enter__(self):
-        self._previous = autograd._state.profiler
-        autograd._state.profiler = self
+        self._previous = start_observing(self)
         return self
 
     def __exit__(self, *exc):
-        autograd._state.profiler = self._previous
+        stop_observing(self._previous)
         return False
 
-    # ----- called by the engine -----
+    # ----- told by the tape -----
+    def forward_recorded(self, fn, inputs, output, start):
+        self.record_forward(fn.name, start, output.data, [x.data for x in inputs])
+
+    def node_backward(self, fn, grad_output, grads, start):
+        self.record_backward(fn.name, start, grads, grad_output)
+
+    def gradient_summed(self, result, start, created):
+        self.record_gradient_sum(GRADIENT_SUMS, start, result, created)
+
     def clock(self, arrays=()) -> float:
         """The time now, after the GPUs holding ``arrays`` finished their queued work if ``cuda_sync``."""
         if self.cuda_sync:
@@ -67,8 +77,8 @@ class Profile:
         entry["bytes"] += _new_bytes(output, inputs)
 
     def record_backward(self, name: str, start: float, grads, grad_output=None) -> None:
-        # A deferred gradient (autograd.DeferredGradient) has created no array yet.
-        arrays = [g.data for g in grads if g is not None and not isinstance(g, autograd.DeferredGradient)]
+        # A deferred gradient has created no array yet.
+        arrays = [g.data for g in grads if g is not None and not isinstance(g, DeferredGradient)]
         end = self.clock(arrays)
         entry = self._entry(name)
         entry["backward_s"] += end - start
@@ -77,7 +87,7 @@ class Profile:
     def record_gradient_sum(self, name: str, start: float, result, created: bool) -> None:
         """One sum of the walk into a tensor's gradient, or one deferred gradient built: a call of
         the row ``name``, with the bytes of ``result`` if it is a new array (``created``)."""
-        arrays = () if isinstance(result, autograd.DeferredGradient) else (result.data,)
+        arrays = () if isinstance(result, DeferredGradient) else (result.data,)
         end = self.clock(arrays)
         entry = self._entry(name)
         entry["calls"] += 1

@@ -1,4 +1,37 @@
-"""The Tensor: an array (NumPy or CuPy) plus what reverse-mode autodiff needs to know about it."""
+"""The Tensor: an array (NumPy or CuPy) plus what reverse-mode autodiff needs to know about it.
+
+The ways to make a tensor, what each copies and where its data lands ("default device": the GPU
+where there is one, else the CPU; see ``tinygrad_caps.backend``):
+
+    way                          copies the data            device                      dtype
+    ---------------------------  -------------------------  --------------------------  -----------------------
+    tensor(data, dtype, device)  always                     ``device``; else a CuPy     ``dtype``; else the
+                                                            array's own GPU; else the   array's; Python floats
+                                                            default device (a NumPy     and float lists: the
+                                                            array moves there too)      default float dtype
+    Tensor(data, dtype, device)  only to convert, cast or   as tensor()                 as tensor()
+                                 move: an array that stays
+                                 where it is is shared
+    leaf(array)                  never                      the array's                 the array's
+    as_tensor(value, like=None)  never for a Tensor         beside ``like``: like's     beside ``like``:
+                                 (returned as it is) or an  (a NumPy array with         PyTorch's promotion (a
+                                 array; a number becomes a  dimensions beside a GPU     number takes like's
+                                 new 0-d array              tensor: DeviceError);       dtype); else as
+                                                            else an array's own, and    Tensor()
+                                                            anything else as Tensor()
+    zeros, ones, full, rand...   nothing to copy: new       ``device``; else default;   ``dtype``; else default
+    (factories.py)               arrays                     *_like: like's              float (arange: NumPy's)
+    Tensor._wrap(array)          never; checks nothing      the array's                 the array's
+      (private)
+    ops._common.constant(array)  never: it is leaf(array),  the array's                 the array's
+      (private)                  named for what it holds
+                                 (a mask, a scale)
+
+``Tensor._wrap`` stays a constructor of its own: every op makes its output with it (and ``leaf``,
+``tensor`` and ``as_tensor`` end in it), so it skips ``__init__`` (no device lookup, no dtype
+rules) and sets the slots directly. ``leaf`` is ``_wrap`` plus ``requires_grad_``; ``tensor`` is
+``Tensor``'s rules (``_as_array``) plus a copy.
+"""
 from __future__ import annotations
 
 import numbers

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functional as F
-from ..autograd import Function
+from ..autograd.function import Function
 from ..nn.layers import _BatchNorm
 from ..nn.module import Module
 from ..ops.normalization import _update_running

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..errors import ShapeError
-from ..tensor import Tensor, as_tensor, zero_dim_dtype
+from ..tensor import Tensor, as_tensor, leaf, zero_dim_dtype
 
 
 def operands(a, b):
@@ -41,8 +41,8 @@ def _cast_zero_dim(x, like):
 
 
 def constant(array) -> Tensor:
-    """Wrap an array as a Tensor outside the graph (a mask, a scale)."""
-    return Tensor._wrap(array)
+    """An array as a Tensor outside the graph (a mask, a scale): ``leaf(array)``, no copy."""
+    return leaf(array)
 
 
 def normalize_axes(axis, ndim: int, op: str):
@@ -72,7 +72,7 @@ def sum_array(x, axes, keepdims):
     """``x.sum(axes, keepdims)``; a short last axis is summed by a matrix-vector product.
 
     NumPy reduces a short innermost axis (routing's 10 output capsules) one short loop at a
-    time; a product with a ones vector runs as one BLAS call, 5x faster on such shapes.
+    time; a product with a ones vector runs as one BLAS call.
     """
     if _short_last_axis(x, axes) and x.dtype.kind in "fc":  # integers and booleans: NumPy's widening sum
         y = x @ np.ones((x.shape[-1], 1), dtype=x.dtype)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function, is_grad_enabled
+from ..autograd.function import Function
+from ..autograd.grad_mode import is_grad_enabled
 from ..backend import array_module
 from ..kernels import activation as activation_kernels
 from ..kernels import launch as kernel_launch

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _parallel as parallel
-from ..autograd import DeferredGradient, is_grad_enabled
+from ..autograd.deferred import DeferredGradient
+from ..autograd.grad_mode import is_grad_enabled
 from ..backend import array_module
 from ..errors import GraphError, ShapeError
 from ..kernels import capsule as capsule_kernels
@@ -45,7 +46,7 @@ def predict_array(u, W):
     b, i, k = u.shape
     _, j, d, _ = W.shape
     # One GEMM per input capsule, (B, K) @ (K, J*D), written straight into its strided slice of a
-    # C-contiguous result (BLAS takes the row stride): 3x faster than a copy afterwards. The GEMMs
+    # C-contiguous result (BLAS takes the row stride): no copy afterwards. The GEMMs
     # are too small for BLAS's threads, so the input capsules are split over the cores.
     out = np.empty((b, i, j * d), dtype=np.result_type(u, W))
     u_by_capsule, w_by_capsule = u.transpose(1, 0, 2), W.reshape(i, j * d, k).transpose(0, 2, 1)
@@ -78,7 +79,7 @@ def grad_w_array(g, u):
         return xp.einsum("bijd,bik->ijdk", g, u, optimize=True)
     b, i, j, d = g.shape
     out = np.empty((i, j * d, u.shape[2]), dtype=np.result_type(g, u))
-    # One (J*D, B) @ (B, K) GEMM per input capsule, straight from strided views (1.4x einsum's speed).
+    # One (J*D, B) @ (B, K) GEMM per input capsule, straight from strided views (faster than einsum).
     g_by_capsule, u_by_capsule = g.reshape(b, i, j * d).transpose(1, 2, 0), u.transpose(1, 0, 2)
     parallel.matmul_by_slices(g_by_capsule, u_by_capsule, out, g.nbytes)
     return out.reshape(i, j, d, u.shape[2])
@@ -94,7 +95,7 @@ def weighted_sum_array(c, u_hat):
         return xp.einsum("bij,bijd->bjd", c, u_hat)
     out = np.empty((c.shape[0], c.shape[2], u_hat.shape[3]), dtype=np.result_type(c, u_hat))
     # (B, J, 1, I) @ (B, J, I, D): one vector-matrix product per (example, output capsule), on
-    # strided views of c and u_hat (1.2x einsum's speed, near one read of u_hat).
+    # strided views of c and u_hat (faster than einsum, near one read of u_hat).
     c_rows, u_by_output = c.transpose(0, 2, 1)[:, :, None, :], u_hat.transpose(0, 2, 1, 3)
     parallel.matmul_by_slices(c_rows, u_by_output, out[:, :, None, :], u_hat.nbytes)
     return out
@@ -122,8 +123,8 @@ def outer_products_array(terms):
     plain CuPy, or mixed dtypes there, take the broadcast products). On NumPy one term is the
     broadcast product; several are one small GEMM per (example, output capsule), (I, T) @ (T, D),
     written straight into the strided result: routing's five u_hat gradients in one pass over the
-    (B, I, J, D) result (5.8x faster at B=32 than five products and their sums;
-    the same values up to rounding, as BLAS accumulates in its own order).
+    (B, I, J, D) result instead of five products and their sums (the same values up to rounding,
+    as BLAS accumulates in its own order).
     """
     runner = _runner(terms[0][0])
     if runner is not None and len({p.dtype for p, _ in terms} | {q.dtype for _, q in terms}) == 1:

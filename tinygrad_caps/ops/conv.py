@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..backend import array_module
 from ..kernels import conv as conv_kernels
 from ..kernels import launch as kernel_launch
@@ -39,8 +39,8 @@ def batch_last(n: int, xp=np) -> bool:
     """Column order for a batch of ``n`` on NumPy: (oy, ox, n) when the batch is large, else (n, oy, ox).
 
     NumPy copies fast only along long inner runs. With the batch innermost, every im2col and col2im
-    inner loop runs over N contiguous values (instead of OW strided ones), which made both 4-5x
-    faster at CapsNet's sizes; a tiny batch keeps the image row innermost instead. On the GPU the
+    inner loop runs over N contiguous values (instead of OW strided ones), which made both faster at
+    CapsNet's sizes; a tiny batch keeps the image row innermost instead. On the GPU the
     image row stays innermost, so neighbouring threads read neighbouring pixels.
     """
     return xp is np and n >= 8

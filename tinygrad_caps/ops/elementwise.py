@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..backend import array_module
 from ..tensor import Tensor, as_tensor
 from .. import _parallel as parallel

@@ -5,7 +5,7 @@ retained or hooked (the routing traces mark each use of u_hat this way).
 """
 from __future__ import annotations
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..tensor import Tensor, as_tensor
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..backend import array_module
 from ..errors import ShapeError
 from ..kernels import gemm

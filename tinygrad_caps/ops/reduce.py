@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ..autograd import Function
+from ..autograd.function import Function
 from ..tensor import Tensor, as_tensor
 from ._common import broadcast_to, constant, max_array, normalize_axes, sum_array
 

@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 
 from .. import backend
-from ..autograd import Function
+from ..autograd.function import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 from ._common import normalize_axes

@@ -3,7 +3,8 @@
 // Every CUDA thread is one std::thread, or, when EMU_FIBERS is defined (builds without a
 // sanitizer), one fiber (a stack of its own) on the slot's OS thread: a block's fibers run
 // round-robin and one that must wait (at __syncthreads or a warp intrinsic) yields to the next. Fibers follow the
-// same rules through the same code as threads, run 30 to 800 times faster, and turn a block
+// same rules through the same code as threads, run far faster (no OS thread per CUDA thread, no
+// kernel round trip at each wait), and turn a block
 // whose threads all wait forever into a reported deadlock instead of a hang. ThreadSanitizer needs
 // OS threads to see races, so sanitized builds use them.
 //

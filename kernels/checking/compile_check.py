@@ -1,0 +1,191 @@
+"""Compile every .cu to a cubin with NVRTC (and nvcc when present), failing on any diagnostic.
+
+Needs no GPU: CuPy's low-level NVRTC bindings work once ``nvidia-cuda-nvrtc`` (13.x) is installed.
+Two NVRTC passes per file and architecture:
+
+- ``cupy``: exactly the options ``cupy.RawModule(code=..., options=launch.NVRTC_OPTIONS)`` gives
+  NVRTC, read from CuPy itself (:func:`cupy_rawmodule_options`: CuPy's include folders, our
+  ``--std=c++17``, ``-ftz=true``, ``-arch=sm_XX`` and ``--device-as-default-execution-space``).
+- ``strict``: the same without ``--device-as-default-execution-space``, so a helper that lacks
+  ``__device__`` fails here as it fails under nvcc and under RawModule(jitify=True), instead of
+  compiling by accident.
+
+Compiling to a cubin (not only PTX) runs ptxas, which is what rejects, for example, too much
+shared memory.
+
+    python -m tinygrad_caps.kernels.checking.compile_check [--arch 80 90]
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from ..launch import NVRTC_OPTIONS, SOURCE_DIR, cuda_sources, source_text
+
+ARCHITECTURES = ("80", "90")
+
+
+class CompileError(RuntimeError):
+    """A .cu file failed to compile or compiled with diagnostics; the message holds the compiler's log."""
+
+
+def nvrtc_bindings():
+    """CuPy's low-level NVRTC module (its location moved between CuPy versions)."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError:
+        from cupy.cuda import nvrtc
+    return nvrtc
+
+
+DEFAULT_EXECUTION_SPACE = "--device-as-default-execution-space"
+PASSES = ("cupy", "strict")
+
+
+class _Captured(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def cupy_rawmodule_options(arch: str, options: tuple = NVRTC_OPTIONS) -> tuple:
+    """The options CuPy's ``RawModule(code=..., options=options)`` hands NVRTC for ``sm_<arch>``.
+
+    Read from CuPy at run time, without a GPU: RawModule compiles through
+    ``cupy._core.core.compile_with_cache(code, options, prepend_cupy_headers=False)``; we call
+    that with CuPy's three device queries (architecture, its NVRTC flag, the cache-key
+    preprocess) answered for ``arch`` and stop at the NVRTC program's ``compile(options)``,
+    recording the options. Everything else is CuPy's own code path, so a CuPy upgrade that
+    changes its options changes ours.
+    """
+    import cupy._core.core as core
+    from cupy.cuda import compiler
+
+    captured = []
+
+    def record(self, options=(), log_stream=None):
+        captured.append(tuple(options))
+        raise _Captured
+
+    answers = {"_get_arch": lambda: arch,
+               "_get_arch_for_options_for_nvrtc": lambda arch_=None: (f"-arch=sm_{arch_ or arch}", "cubin"),
+               "_preprocess": lambda *args, **kwargs: ""}
+    saved = {name: getattr(compiler, name) for name in answers}
+    saved_compile = compiler._NVRTCProgram.compile
+    # a fresh source, so CuPy's kernel cache cannot answer before NVRTC is reached
+    probe = f'extern "C" __global__ void options_probe_{uuid.uuid4().hex}(float* x) {{ x[0] = 1.0f; }}\n'
+    try:
+        for name, answer in answers.items():
+            setattr(compiler, name, answer)
+        compiler._NVRTCProgram.compile = record
+        try:
+            core.compile_with_cache(probe, tuple(options), None, prepend_cupy_headers=False)
+        except _Captured:
+            pass
+    finally:
+        for name, original in saved.items():
+            setattr(compiler, name, original)
+        compiler._NVRTCProgram.compile = saved_compile
+    if len(captured) != 1:
+        raise RuntimeError("could not read CuPy's RawModule options: its compile path has changed")
+    return captured[0]
+
+
+def nvrtc_options(arch: str, compile_pass: str = "cupy") -> list:
+    """NVRTC options for one pass ("cupy" or "strict", see the module docstring)."""
+    if compile_pass not in PASSES:
+        raise ValueError(f"compile pass must be one of {PASSES}, got {compile_pass!r}")
+    options = list(cupy_rawmodule_options(arch))
+    if compile_pass == "strict":
+        options = [o for o in options if o != DEFAULT_EXECUTION_SPACE]
+    return options
+
+
+def compile_with_nvrtc(name: str, arch: str, compile_pass: str = "cupy") -> bytes:
+    """The cubin of ``kernels/<name>`` for ``sm_<arch>``; raises CompileError on errors or warnings."""
+    return compile_text_with_nvrtc(source_text(name), name, arch, compile_pass)
+
+
+def compile_text_with_nvrtc(text: str, name: str, arch: str, compile_pass: str = "cupy") -> bytes:
+    """The cubin of CUDA source ``text`` for ``sm_<arch>``, with the options of ``compile_pass``."""
+    nvrtc = nvrtc_bindings()
+    options = nvrtc_options(arch, compile_pass)
+    program = nvrtc.createProgram(text, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(program, options)
+        except nvrtc.NVRTCError as exc:
+            raise CompileError(f"NVRTC ({compile_pass}) failed on kernels/{name} (sm_{arch}):\n"
+                               f"{nvrtc.getProgramLog(program)}") from exc
+        log = nvrtc.getProgramLog(program).strip("\x00\n ")
+        if log:
+            raise CompileError(f"NVRTC ({compile_pass}) diagnostics for kernels/{name} (sm_{arch}):\n{log}")
+        return nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+
+
+def register_counts(name: str, arch: str) -> dict:
+    """Registers per thread of each kernel in ``kernels/<name>`` for ``sm_<arch>``, as ptxas reports
+    them (CuPy's options plus ``--ptxas-options=-v``): {kernel name: registers}."""
+    nvrtc = nvrtc_bindings()
+    program = nvrtc.createProgram(source_text(name), name, [], [])
+    try:
+        nvrtc.compileProgram(program, nvrtc_options(arch) + ["--ptxas-options=-v"])
+        log = nvrtc.getProgramLog(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    # per entry function (a device function such as CUDA's __internal_accurate_pow reports no registers)
+    counts = dict(re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, re.S))
+    if not counts:
+        raise CompileError(f"no register counts in ptxas's report for kernels/{name} (sm_{arch}):\n{log}")
+    return {kernel: int(registers) for kernel, registers in counts.items()}
+
+
+def nvcc_path() -> str | None:
+    """The nvcc on PATH or in /usr/local/cuda/bin, if any."""
+    return shutil.which("nvcc") or next((str(p) for p in Path("/usr/local").glob("cuda*/bin/nvcc")), None)
+
+
+def compile_with_nvcc(name: str, arch: str, source_dir: Path = SOURCE_DIR) -> None:
+    """Compile ``<source_dir>/<name>`` to a cubin with nvcc, warnings as errors; raises CompileError."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc is not installed")
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [nvcc, "-std=c++17", "-cubin", f"-arch=sm_{arch}", "-Werror", "all-warnings",
+                   "-o", str(Path(tmp) / "out.cubin"), str(Path(source_dir) / name)]
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0 or result.stderr.strip():
+        raise CompileError(f"nvcc failed on kernels/{name} (sm_{arch}):\n{result.stderr}{result.stdout}")
+
+
+def main(argv=None) -> int:
+    """Compile every .cu for each ``--arch``; returns 1 if any compile failed, else 0."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", nargs="+", default=list(ARCHITECTURES))
+    args = parser.parse_args(argv)
+    failed = 0
+    for name in cuda_sources():
+        for arch in args.arch:
+            checks = [(f"nvrtc/{p}", functools.partial(compile_with_nvrtc, compile_pass=p)) for p in PASSES]
+            if nvcc_path() is not None:
+                checks.append(("nvcc", compile_with_nvcc))
+            for compiler, check in checks:
+                try:
+                    check(name, arch)
+                    print(f"ok    {compiler:12} sm_{arch} {name}")
+                except CompileError as exc:
+                    failed += 1
+                    print(f"FAIL  {compiler:12} sm_{arch} {name}\n{exc}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
