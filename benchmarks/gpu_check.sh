@@ -133,7 +133,21 @@ PY
 done
 
 (cd benchmarks && run routing-speed 75 "$py" routing_speed.py --impl cupy raw fused torch --repeat 10 --json) || true
-(cd benchmarks && run train-step-cuda 60 "$py" train_step.py --device cuda --batch 32 100 --repeat 5 --json) || true
+# ours eager, ours captured as a CUDA graph and PyTorch eager, at both matmul precisions
+(cd benchmarks && run train-step-cuda 120 "$py" train_step.py --device cuda --batch 32 100 --repeat 5 --json) || true
+# a captured step must compute what the eager one does (train_step.py compares the weights after 10 steps)
+run cuda-graph-equals-eager 15 "$py" - "$out/train-step-cuda.log" <<'PY' || true
+import json, sys
+text = open(sys.argv[1]).read()
+try:
+    rows = json.loads(text[text.rfind("\n{") + 1:])["rows"]
+except (ValueError, KeyError) as exc:
+    sys.exit(f"no train_step.py JSON to compare: {exc}")
+differences = [(row.get("batch"), row.get("precision"), row.get("graph_max_rel_diff")) for row in rows]
+print("captured vs eager weights after 10 steps (batch, precision, largest relative difference):", differences)
+if not rows or any(d is None or d > 1e-5 for _, _, d in differences):
+    sys.exit("a captured training step differs from the eager one (or was not measured)")
+PY
 
 # compute-sanitizer: $COMPUTE_SANITIZER, on PATH, in a CUDA toolkit, or from the nvidia-cuda-sanitizer-api wheel
 sanitizer=${COMPUTE_SANITIZER:-}
@@ -201,6 +215,32 @@ def epoch():
 failed = [line for line in (out / "failed_steps.txt").read_text().splitlines() if line]
 if elapsed > budget:
     failed.append(f"the whole check took {elapsed} s, over its {budget} s budget")
+def figures(routing, step, epoch_figures):
+    """The figures the GPU issue's targets name, read from the benchmarks' JSON (what is missing is left out)."""
+    found = {}
+    rows = [r for r in step.get("rows", []) if isinstance(r, dict) and "ours_s" in r]
+    if rows:
+        found["train_step_ms"] = [{"batch": r["batch"], "precision": r.get("precision"),
+                                   "ours_eager": round(r["ours_s"] * 1e3, 2),
+                                   "ours_captured": round(r["ours_graph_s"] * 1e3, 2) if "ours_graph_s" in r else None,
+                                   "pytorch": round(r["torch_s"] * 1e3, 2) if "torch_s" in r else None,
+                                   "ratio_to_pytorch": round(r["ratio"], 3) if "ratio" in r else None} for r in rows]
+    passes = {(r.get("impl"), r.get("precision", "highest"), r.get("pass")): r.get("median_s")
+              for r in routing.get("rows", []) if isinstance(r, dict)}
+    ours, theirs = passes.get(("raw", "highest", "forward+backward")), passes.get(("torch-cuda", "highest", "forward+backward"))
+    if ours and theirs:
+        found["digitcaps_forward_backward_ms"] = {"ours": round(ours * 1e3, 3), "pytorch": round(theirs * 1e3, 3),
+                                                  "ratio": round(ours / theirs, 3)}
+    kernels = routing.get("raw_kernels", {})
+    if kernels:
+        found["kernel_fraction_of_copy_bandwidth"] = {name: round(k["fraction_of_copy_bandwidth"], 3)
+                                                      for name, k in kernels.items()}
+    if "train_seconds" in epoch_figures:
+        found["epoch_seconds"] = epoch_figures["train_seconds"]
+    return found
+
+
+epoch_figures = epoch()
 summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "seconds": elapsed, "passed": not failed, "failed_steps": failed,
            "versions": json.loads((out / "versions.json").read_text()),
@@ -208,7 +248,9 @@ summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timesp
            "gpu_tests_nccl": last_line("gpu-tests-nccl"),
            "sanitizers": {tool: last_line(f"sanitizer-{tool}") for tool in ("memcheck", "racecheck")},
            "routing_speed": json_tail("routing-speed"), "train_step_cuda": json_tail("train-step-cuda"),
-           "fashion_mnist_epoch": epoch()}
+           "cuda_graph_equals_eager": last_line("cuda-graph-equals-eager"),
+           "figures": figures(json_tail("routing-speed"), json_tail("train-step-cuda"), epoch_figures),
+           "fashion_mnist_epoch": epoch_figures}
 (out / "gpu_summary.json").write_text(json.dumps(summary, indent=2))
 if failed:
     sys.exit(f"gpu_check FAILED after {elapsed} s: " + "; ".join(failed) + f" (summary in {out / 'gpu_summary.json'})")

@@ -34,7 +34,8 @@ case "$*" in
     "routing_speed.py "*) echo "table"; printf '{{\\n  "rows": [1, 2]\\n}}\\n'; exit 0 ;;
     "train_step.py "*)
         if [ "$GPU_STEPS" = "failing" ]; then sleep 60; fi
-        printf '{{\\n  "rows": [3]\\n}}\\n'; exit 0 ;;
+        printf '{{\\n  "rows": [{{"batch": 32, "precision": "highest", "ours_s": 0.01, "graph_max_rel_diff": %s}}]\\n}}\\n' "${{GRAPH_DIFF:-0.0}}"
+        exit 0 ;;
     "-m tinygrad_caps.models.cli train "*)
         out=${{@: -1}}; mkdir -p "$out"
         if [ "${{EPOCH:-}}" = "cut" ]; then  # stopped by a signal before its epoch ended
@@ -83,7 +84,8 @@ def test_every_step_runs_and_each_failure_is_named(tmp_path):
     assert failed[:2] == ["gpu-tests-counted (exit 1)", "gpu-tests-nccl-counted (exit 1)"]
     assert failed[2].startswith("train-step-cuda (timed out after ")
     # the train step used up the budget: what is left is not run, and says so
-    assert failed[3:] == ["sanitizer-memcheck (not run: the budget is spent)",
+    assert failed[3:] == ["cuda-graph-equals-eager (not run: the budget is spent)",
+                          "sanitizer-memcheck (not run: the budget is spent)",
                           "sanitizer-racecheck (not run: the budget is spent)",
                           "epoch-fashion-mnist (not run: the budget is spent)"]
     summary = json.loads((out / "gpu_summary.json").read_text())
@@ -103,7 +105,10 @@ def test_a_passing_check_gathers_every_figure(tmp_path):
     assert summary["passed"] is True and summary["failed_steps"] == []
     assert summary["gpu_tests"] == summary["gpu_tests_nccl"] == "5 tests, 0 skipped"
     assert summary["sanitizers"] == {"memcheck": "ERROR SUMMARY: 0 errors", "racecheck": "ERROR SUMMARY: 0 errors"}
-    assert summary["train_step_cuda"] == {"rows": [3]}
+    assert summary["train_step_cuda"]["rows"][0]["graph_max_rel_diff"] == 0.0
+    assert summary["cuda_graph_equals_eager"].startswith("captured vs eager weights")
+    assert summary["figures"]["train_step_ms"][0]["ours_eager"] == 10.0
+    assert summary["figures"]["epoch_seconds"] == 12.0
     assert summary["fashion_mnist_epoch"] == {"train_seconds": 12.0, "images_per_second": 5000.0,
                                               "train_accuracy": 0.8, "test_accuracy_first_1000": 0.85}
     assert "gpu_check passed" in result.stdout
@@ -123,3 +128,10 @@ def test_an_epoch_cut_short_is_a_failed_step_without_figures(tmp_path):
     assert summary["failed_steps"] == ["epoch-fashion-mnist (exit 143)"]
     assert "not_timed" in summary["fashion_mnist_epoch"]
     assert not list(out.glob("**/*.npz")) and (out / "epoch-metrics.jsonl").read_text() == ""
+
+
+def test_a_captured_step_that_differs_from_the_eager_one_fails_the_check(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480, GRAPH_DIFF="0.4")
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["failed_steps"] == ["cuda-graph-equals-eager (exit 1)"]

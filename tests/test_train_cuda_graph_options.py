@@ -1,0 +1,57 @@
+"""``train --cuda-graph`` and ``--matmul-precision`` on a machine without a GPU: "on" is refused in
+one line before anything is created, "auto" trains as before, the precision is recorded and, as it
+changes what the run computes, cannot change on resume (the graph mode can: a captured step
+computes what the eager one does). The captured run itself is checked on the stand-in GPU."""
+import json
+
+import pytest
+
+from tinygrad_caps.models import cli
+
+from helpers import write_striped_dataset
+from test_cupy_standin import TESTS, run_standin
+
+TINY = ["--conv1-channels", "3", "--primary-types", "2", "--primary-dim", "3", "--digit-dim", "3", "--kernel-size",
+        "3", "--batch-size", "8", "--limit-train", "16", "--limit-test", "8", "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    write_striped_dataset(tmp_path / "data" / "tiny", (16, 8))
+    return tmp_path / "data"
+
+
+def train(data_dir, out, *extra):
+    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
+                     *TINY, *extra])
+
+
+def test_cuda_graph_on_without_a_gpu_is_one_line_and_creates_nothing(data_dir, tmp_path, capsys):
+    assert train(data_dir, tmp_path / "run", "--cuda-graph", "on") == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--cuda-graph on" in lines[0] and "GPU" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_auto_trains_on_the_cpu_and_the_options_are_recorded(data_dir, tmp_path, capsys):
+    assert train(data_dir, tmp_path / "run", "--matmul-precision", "high") == 0
+    assert "CUDA graph" not in capsys.readouterr().out  # nothing to say on the CPU
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["cuda_graph"] == "auto" and config["matmul_precision"] == "high"
+
+
+def test_on_resume_the_graph_mode_may_change_but_not_the_precision(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(data_dir, out) == 0
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", "--out", str(out), "--matmul-precision", "high"]) == 2
+    assert "--matmul-precision high differs from the run's highest" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", "--out", str(out), "--epochs", "2", "--cuda-graph", "off",
+                     "--no-progress"]) == 0
+    assert json.loads((out / "config.json").read_text())["cuda_graph"] == "off"
+
+
+def test_a_captured_training_run_equals_the_eager_one_and_resumes_on_the_stand_in(tmp_path):
+    output = run_standin([str(TESTS / "standin_scenarios.py"), "training_captured_equals_eager", str(tmp_path)],
+                         devices=1)
+    assert output.split()[-1] == "ok"
