@@ -217,13 +217,16 @@ def capture_follows_cuda_rules(_):
     assert a.get().tolist() == [0, 1, 2, 3] and np.isnan(b.get()).all()  # nothing ran yet
     graph.launch(stream)
     graph.launch(stream)
+    assert a.get().tolist() == [0, 1, 2, 3]  # a launch on a side stream runs when something waits for it
+    stream.synchronize()
     assert a.get().tolist() == [0, 4, 8, 12] and b.get().tolist() == [1, 5, 9, 13]
     with stream:
         stream.begin_capture()
         c = (a * 3).sum()
         graph = stream.end_capture()
     del c
-    expect(cupy.cuda.GraphReplayError, lambda: graph.launch(stream), "a graph replaying into a freed buffer")
+    graph.launch(stream)
+    expect(cupy.cuda.GraphReplayError, stream.synchronize, "a graph replaying into a freed buffer")
     print("ok")
 
 
