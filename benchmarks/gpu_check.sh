@@ -105,11 +105,11 @@ fi
 run selftest 60 "$py" -m tinygrad_caps.kernels.selftest || true
 
 # The GPU tests: under TINYGRAD_CAPS_REQUIRE_GPU=1 a gpu test that cannot use the GPU fails. Only
-# the files that hold gpu tests are collected: another file skipped as a whole (a module-level
-# importorskip of an optional package) would count as a skip in the report. The NCCL tests (a
-# process of their own under mpirun) run apart, so that a hang there cannot take the others'
-# report with it.
-gpu_test_files=$(grep -l "pytest.mark.gpu" tests/test_*.py || true)
+# the files that hold gpu tests (in any folder under tests/) are collected: another file skipped
+# as a whole (a module-level importorskip of an optional package) would count as a skip in the
+# report. The NCCL tests (a process of their own under mpirun) run apart, so that a hang there
+# cannot take the others' report with it.
+gpu_test_files=$(grep -rl --include="test_*.py" "pytest.mark.gpu" tests | sort || true)
 [ -n "$gpu_test_files" ] || failed "gpu-tests (no test file marks a test with pytest.mark.gpu)"
 for part in main nccl; do
     if [ "$part" = nccl ]; then

@@ -3,11 +3,25 @@ and fail instead under ``TINYGRAD_CAPS_REQUIRE_GPU=1``).
 
 Profiles: "default" keeps the suite to a few minutes on 2 cores; ``HYPOTHESIS_PROFILE=long`` runs
 many more examples per property for a deeper local check.
+
+The tests are grouped by layer (engine/, kernels/, models/, data/, distributed/, app/); what they
+share lives in support/ (helpers, dataset writers, the CuPy stand-in, scripts run in processes of
+their own) and oracles/ (independent reference implementations and PyTorch's stored answers). Both
+folders go on the import path here, so a test file says ``from helpers import ...`` or
+``from torch_reference import ...`` from any folder. No folder has an ``__init__.py``: pytest imports
+each test file by its basename, so basenames stay unique across folders (pytest refuses a duplicate).
 """
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+
+TESTS = Path(__file__).resolve().parent
+for folder in ("oracles", "support"):  # support/ ends up first
+    if str(TESTS / folder) not in sys.path:
+        sys.path.insert(0, str(TESTS / folder))
 
 settings.register_profile("default", max_examples=12, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

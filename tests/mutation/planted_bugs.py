@@ -36,8 +36,8 @@ BUGS = [
      "ow = (w - 1) * stride[1] - 2 * padding[1] + kw + extra[0]"),
 ]
 
-FAST_TESTS = ["tests/test_routing_reference.py", "tests/test_fixtures.py", "tests/test_defaults.py",
-              "tests/test_conv.py", "tests/test_forward_values.py"]
+FAST_TESTS = ["tests/models/test_routing_reference.py", "tests/models/test_fixtures.py", "tests/app/test_defaults.py",
+              "tests/engine/test_conv.py", "tests/engine/test_forward_values.py"]
 
 
 def run_tests(tree, tests):

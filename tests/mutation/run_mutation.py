@@ -28,31 +28,35 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tree_copy import copy_tree, environment
 
-FAST = ["tests/test_op_arguments.py", "tests/test_forward_values.py"]
-OPTIM = ["tests/test_fixtures.py", "tests/test_defaults.py", "tests/test_optim_arguments.py", "tests/test_optim.py"]
-MODELS = ["tests/test_routing_reference.py", "tests/test_fixtures.py", "tests/test_defaults.py", "tests/test_capsnet_layers.py",
-          "tests/test_capsnet_semantics.py", "tests/test_official_conventions.py", "tests/test_capsnet_variants.py"]
+FAST = ["tests/engine/test_op_arguments.py", "tests/engine/test_forward_values.py"]
+OPTIM = ["tests/models/test_fixtures.py", "tests/app/test_defaults.py", "tests/engine/test_optim_arguments.py",
+         "tests/engine/test_optim.py"]
+MODELS = ["tests/models/test_routing_reference.py", "tests/models/test_fixtures.py", "tests/app/test_defaults.py",
+          "tests/models/test_capsnet_layers.py", "tests/models/test_capsnet_semantics.py",
+          "tests/models/test_official_conventions.py", "tests/models/test_capsnet_variants.py"]
 
 # module -> the tests that exercise it, fastest first (each run stops at the first failure)
 SELECTIONS = {
-    "tinygrad_caps/ops/_common.py": FAST + ["tests/test_grad_shape_reduce.py", "tests/test_grad_elementwise.py"],
-    "tinygrad_caps/ops/activation.py": FAST + ["tests/test_grad_elementwise.py", "tests/test_grad_nn_ops.py"],
-    "tinygrad_caps/ops/capsule.py": FAST + ["tests/test_routing_reference.py", "tests/test_grad_capsule_ops.py"],
-    "tinygrad_caps/ops/conv.py": ["tests/test_op_arguments.py", "tests/test_conv.py"],
-    "tinygrad_caps/ops/elementwise.py": FAST + ["tests/test_grad_elementwise.py"],
-    "tinygrad_caps/ops/identity.py": FAST + ["tests/test_grad_nn_ops.py"],
-    "tinygrad_caps/ops/linalg.py": FAST + ["tests/test_grad_nn_ops.py"],
-    "tinygrad_caps/ops/loss.py": FAST + ["tests/test_grad_nn_ops.py"],
-    "tinygrad_caps/ops/normalization.py": FAST + ["tests/test_grad_nn_ops.py", "tests/test_nn.py"],
-    "tinygrad_caps/ops/reduce.py": FAST + ["tests/test_grad_shape_reduce.py"],
-    "tinygrad_caps/ops/shape.py": FAST + ["tests/test_grad_shape_reduce.py"],
+    "tinygrad_caps/ops/_common.py": FAST + ["tests/engine/test_grad_shape_reduce.py",
+                                            "tests/engine/test_grad_elementwise.py"],
+    "tinygrad_caps/ops/activation.py": FAST + ["tests/engine/test_grad_elementwise.py", "tests/engine/test_grad_nn_ops.py"],
+    "tinygrad_caps/ops/capsule.py": FAST + ["tests/models/test_routing_reference.py",
+                                            "tests/engine/test_grad_capsule_ops.py"],
+    "tinygrad_caps/ops/conv.py": ["tests/engine/test_op_arguments.py", "tests/engine/test_conv.py"],
+    "tinygrad_caps/ops/elementwise.py": FAST + ["tests/engine/test_grad_elementwise.py"],
+    "tinygrad_caps/ops/identity.py": FAST + ["tests/engine/test_grad_nn_ops.py"],
+    "tinygrad_caps/ops/linalg.py": FAST + ["tests/engine/test_grad_nn_ops.py"],
+    "tinygrad_caps/ops/loss.py": FAST + ["tests/engine/test_grad_nn_ops.py"],
+    "tinygrad_caps/ops/normalization.py": FAST + ["tests/engine/test_grad_nn_ops.py", "tests/engine/test_nn.py"],
+    "tinygrad_caps/ops/reduce.py": FAST + ["tests/engine/test_grad_shape_reduce.py"],
+    "tinygrad_caps/ops/shape.py": FAST + ["tests/engine/test_grad_shape_reduce.py"],
     "tinygrad_caps/optim/optimizer.py": OPTIM,
     "tinygrad_caps/optim/lr_scheduler.py": OPTIM,
     "models/capsnet/routing.py": MODELS,
     "models/capsnet/losses.py": MODELS,
     "models/capsnet/model.py": MODELS,
 }
-DEFAULT_SELECTION = FAST + ["tests/test_grad_nn_ops.py", "tests/test_grad_shape_reduce.py"]
+DEFAULT_SELECTION = FAST + ["tests/engine/test_grad_nn_ops.py", "tests/engine/test_grad_shape_reduce.py"]
 TARGETS = ["tinygrad_caps/ops", "tinygrad_caps/optim", "models/capsnet/routing.py", "models/capsnet/losses.py",
            "models/capsnet/model.py"]
 

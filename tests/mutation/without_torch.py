@@ -1,7 +1,7 @@
 """Run pytest as the README installs the project, without PyTorch, even where it is installed.
 
-    python tests/mutation/without_torch.py -q tests/test_fixtures.py
-    python tests/mutation/without_torch.py --hide cupy -q tests/test_conv.py   # and no CuPy either
+    python tests/mutation/without_torch.py -q tests/models/test_fixtures.py
+    python tests/mutation/without_torch.py --hide cupy -q tests/engine/test_conv.py   # and no CuPy either
 
 ``import torch`` raises ModuleNotFoundError (so ``pytest.importorskip("torch")`` skips); every
 argument after the optional ``--hide NAME`` pairs goes to pytest unchanged. The exit status is pytest's.

@@ -1,0 +1,80 @@
+"""The two benchmarks that benchmarks/gpu_check.sh runs on a GPU, at tiny sizes on the CPU: their
+options parse, they compare against PyTorch from the same initial weights, and their JSON is the
+last thing they print (gpu_check.sh reads it from there). Also the kernel self-test's answer
+without a GPU. Figures are not checked here: performance lives in benchmarks/RESULTS.md."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tinygrad_caps as tc
+from paths import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def last_json(stdout: str) -> dict:
+    """The JSON object a benchmark prints last, found as gpu_check.sh finds it."""
+    return json.loads(stdout[stdout.rfind("\n{") + 1:])
+
+
+def run_benchmark(*args):
+    done = subprocess.run([sys.executable, *args], cwd=BENCHMARKS, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return last_json(done.stdout)
+
+
+def test_routing_speed_reports_every_implementation_and_pass():
+    impls = ["numpy"] + (["torch"] if HAS_TORCH else [])
+    result = run_benchmark("routing_speed.py", "--impl", *impls, "--batch", "2", "--in-caps", "16", "--repeat", "2",
+                           "--warmup", "1", "--json")
+    rows = [row for row in result["rows"] if "impl" in row]
+    assert {row["impl"] for row in rows} == {"numpy"} | ({"torch-cpu"} if HAS_TORCH else set())
+    assert {row["pass"] for row in rows} == {"forward", "forward+backward"}
+    for row in rows:
+        assert row["median_s"] > 0 and row["max_rel_error"] < 1e-5
+
+
+@pytest.mark.slow
+def test_train_step_starts_both_libraries_from_the_same_weights():
+    result = run_benchmark("train_step.py", "--batch", "2", "--repeat", "1", "--json")
+    (row,) = result["rows"]
+    assert row["batch"] == 2 and row["ours_s"] > 0 and result["info"]["device"] == "cpu"
+    if HAS_TORCH:
+        assert row["torch_s"] > 0 and row["ratio"] == pytest.approx(row["ours_s"] / row["torch_s"])
+        assert row["first_loss_ours"] == pytest.approx(row["first_loss_torch"], rel=1e-5)
+
+
+@pytest.mark.skipif(tc.gpu_available(), reason="checks the answer on a machine without a GPU")
+def test_the_kernel_self_test_says_when_there_is_no_gpu():
+    done = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.selftest", "--small"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "no usable GPU" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="the CPU emulation needs g++")
+def test_emulation_speed_times_fibers_and_os_threads_on_the_same_launches():
+    result = run_benchmark("emulation_speed.py", "--batch", "1", "--repeat", "1", "--json")
+    assert len(result["rows"]) == 5
+    for row in result["rows"]:
+        assert row["cuda_threads"] > 0 and row["fibers_seconds"] > 0 and row["os_threads_seconds"] > 0
+        assert row["speedup"] == row["os_threads_seconds"] / row["fibers_seconds"]
+
+
+def test_benchmarks_without_pytorch_say_so_and_leave_its_columns_out(tmp_path):
+    """With PyTorch hidden (an import that fails, as where it is not installed): one line saying so,
+    no PyTorch column and no "nan" in the table."""
+    hidden = tmp_path / "torch"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text('raise ImportError("No module named torch")\n')
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    done = subprocess.run([sys.executable, "engine_overhead.py", "--batch", "1", "--repeat", "1", "--chain", "50"],
+                          cwd=BENCHMARKS, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "PyTorch not installed" in done.stdout
+    assert "nan" not in done.stdout and "torch fwd" not in done.stdout

@@ -1,0 +1,137 @@
+"""``benchmarks/gpu_check.sh`` without a GPU: it must fail when there is none, and on a GPU machine
+it must run every step even after one fails (GPU time is scarce), cut each step to what is left of
+its budget, and fail at the end naming each failed step. A stand-in Python plays the GPU steps."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from paths import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                                reason="needs bash and coreutils' timeout")
+
+# Plays the steps that need a GPU; everything else (the script's own small programs) runs on the
+# real interpreter. GPU_STEPS says how the GPU steps go: "no-gpu", "failing" (a skipped GPU test,
+# a train step that never ends) or "passing".
+STAND_IN = """#!/usr/bin/env bash
+real={python}
+case "$*" in
+    "-m pip "*) echo "pip: installed"; exit 0 ;;
+    "- "*versions.json)
+        if [ "$GPU_STEPS" = "no-gpu" ]; then exec "$real" "$@"; fi
+        echo '{{"gpu": "Stand-in GPU", "gpus": 1}}' > "$2"; echo "gpu: Stand-in GPU"; exit 0 ;;
+    "-m tinygrad_caps.kernels.selftest"*) echo "selftest on Stand-in GPU: all kernels agree with NumPy"; exit 0 ;;
+    "-m pytest "*)
+        skipped=$([ "$GPU_STEPS" = "failing" ] && echo 1 || echo 0)
+        echo "<testsuites><testsuite tests=\\"5\\" failures=\\"0\\" errors=\\"0\\" skipped=\\"$skipped\\"/></testsuites>" > "${{@: -1}}"
+        echo "5 tests, $skipped skipped"; exit 0 ;;
+    "routing_speed.py "*) echo "table"; printf '{{\\n  "rows": [1, 2]\\n}}\\n'; exit 0 ;;
+    "train_step.py "*)
+        if [ "$GPU_STEPS" = "failing" ]; then sleep 60; fi
+        printf '{{\\n  "rows": [{{"batch": 32, "precision": "highest", "ours_s": 0.01, "graph_max_rel_diff": %s}}]\\n}}\\n' "${{GRAPH_DIFF:-0.0}}"
+        exit 0 ;;
+    "-m tinygrad_caps.models.cli train "*)
+        out=${{@: -1}}; mkdir -p "$out"
+        if [ "${{EPOCH:-}}" = "cut" ]; then  # stopped by a signal before its epoch ended
+            : > "$out/metrics.jsonl"; exit 143
+        fi
+        echo '{{"epoch": 1, "seconds": 12.0, "train_accuracy": 0.8, "test_accuracy": 0.85}}' > "$out/metrics.jsonl"
+        exit 0 ;;
+esac
+exec "$real" "$@"
+"""
+
+
+def run_check(tmp_path, gpu_steps, budget, with_data=False, **env):
+    stand_in = tmp_path / "python"
+    stand_in.write_text(STAND_IN.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    sanitizer = tmp_path / "compute-sanitizer"
+    sanitizer.write_text("#!/usr/bin/env bash\necho 'ERROR SUMMARY: 0 errors'\n")
+    sanitizer.chmod(0o755)
+    data = tmp_path / "data"
+    if with_data:
+        (data / "fashion-mnist").mkdir(parents=True)
+        (data / "fashion-mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    env = dict(os.environ, PYTHON=str(stand_in), GPU_STEPS=gpu_steps, GPU_CHECK_BUDGET_S=str(budget),
+               COMPUTE_SANITIZER=str(sanitizer), GPU_CHECK_DATA_DIR=str(data), **env)
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=120)
+    return result, out
+
+
+def test_without_a_gpu_the_check_fails_at_once(tmp_path):
+    result, out = run_check(tmp_path, "no-gpu", 480)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "no usable GPU" in (out / "versions.log").read_text()
+    assert not (out / "gpu_summary.json").exists()
+
+
+@pytest.mark.slow
+def test_every_step_runs_and_each_failure_is_named(tmp_path):
+    # budget 36 s: 15 s kept for the summary and 10 s for timeout's grace leave the steps 11 s,
+    # which the never-ending train step uses up; then it is cut
+    result, out = run_check(tmp_path, "failing", 36, with_data=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = (out / "failed_steps.txt").read_text().splitlines()
+    # a skipped GPU test fails the check, in either part of the GPU tests
+    assert failed[:2] == ["gpu-tests-counted (exit 1)", "gpu-tests-nccl-counted (exit 1)"]
+    assert failed[2].startswith("train-step-cuda (timed out after ")
+    # the train step used up the budget: what is left is not run, and says so
+    assert failed[3:] == ["cuda-graph-equals-eager (not run: the budget is spent)",
+                          "sanitizer-memcheck (not run: the budget is spent)",
+                          "sanitizer-racecheck (not run: the budget is spent)",
+                          "epoch-fashion-mnist (not run: the budget is spent)"]
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["passed"] is False and summary["failed_steps"] == failed
+    assert summary["versions"]["gpu"] == "Stand-in GPU"
+    assert summary["selftest"].endswith("all kernels agree with NumPy")
+    assert summary["routing_speed"] == {"rows": [1, 2]}
+    assert "error" in summary["train_step_cuda"]
+    assert "budget is spent" in summary["fashion_mnist_epoch"]["not_timed"]
+    assert "gpu_check FAILED" in result.stderr
+
+
+def test_a_passing_check_gathers_every_figure(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480, with_data=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["passed"] is True and summary["failed_steps"] == []
+    assert summary["gpu_tests"] == summary["gpu_tests_nccl"] == "5 tests, 0 skipped"
+    assert summary["sanitizers"] == {"memcheck": "ERROR SUMMARY: 0 errors", "racecheck": "ERROR SUMMARY: 0 errors"}
+    assert summary["train_step_cuda"]["rows"][0]["graph_max_rel_diff"] == 0.0
+    assert summary["cuda_graph_equals_eager"].startswith("captured vs eager weights")
+    assert summary["figures"]["train_step_ms"][0]["ours_eager"] == 10.0
+    assert summary["figures"]["epoch_seconds"] == 12.0
+    assert summary["fashion_mnist_epoch"] == {"train_seconds": 12.0, "images_per_second": 5000.0,
+                                              "train_accuracy": 0.8, "test_accuracy_first_1000": 0.85}
+    assert "gpu_check passed" in result.stdout
+
+
+def test_without_the_data_the_epoch_is_not_timed_and_the_check_still_passes(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["fashion_mnist_epoch"]["not_timed"].startswith("no Fashion-MNIST files in ")
+
+
+def test_an_epoch_cut_short_is_a_failed_step_without_figures(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480, with_data=True, EPOCH="cut")
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["failed_steps"] == ["epoch-fashion-mnist (exit 143)"]
+    assert "not_timed" in summary["fashion_mnist_epoch"]
+    assert not list(out.glob("**/*.npz")) and (out / "epoch-metrics.jsonl").read_text() == ""
+
+
+def test_a_captured_step_that_differs_from_the_eager_one_fails_the_check(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480, GRAPH_DIFF="0.4")
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["failed_steps"] == ["cuda-graph-equals-eager (exit 1)"]

@@ -1,0 +1,66 @@
+"""The GPU code path without a GPU: the GPU tests and a training run under the CPU stand-in for
+CuPy (``tests/support/cupy_standin``: NumPy arrays that refuse what CuPy refuses, our kernels on the
+CPU emulation, two stand-in GPUs). Each run is a process of its own, with the stand-in first on the
+path. It catches what only a GPU run would show otherwise: an implicit copy to NumPy, an array
+made on the current GPU instead of its tensor's, a kernel argument of the wrong width. The
+stand-in's NCCL and multi-rank runs are in distributed/test_distributed_standin.py."""
+import json
+import shutil
+
+import pytest
+
+from paths import ROOT, SUPPORT
+from standin import run_standin, summary
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the kernels' CPU emulation needs g++")
+
+
+def test_the_stand_in_refuses_what_cupy_refuses_and_tensors_stay_on_their_gpu():
+    output = run_standin([str(SUPPORT / "standin_scenarios.py"),
+                          "standin_refuses_what_cupy_refuses,tensor_api_on_the_second_gpu"])
+    assert output.split() == ["ok", "ok"]
+
+
+def test_gpu_op_and_device_tests_pass_on_two_stand_in_gpus():
+    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/engine/test_gpu_ops.py",
+                          "tests/engine/test_devices.py", "-k", "not nccl"])
+    # every GPU and two-GPU test ran; the 4 skips are the no-GPU message checks
+    assert summary(output) == {"passed": 32, "skipped": 4}, output[-3000:]
+    assert output.count("checks the message on a machine without a GPU") == 1, output[-3000:]
+
+
+@pytest.mark.slow
+def test_gpu_kernel_tests_pass_on_the_stand_in_below_capsnet_sizes():
+    # shape2 and case1 are CapsNet's own sizes: about 4 minutes here, so they are left to the GPU run
+    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/test_gpu_kernels.py",
+                          "-k", "not shape2 and not case1"])
+    assert summary(output) == {"passed": 24, "deselected": 8}, output[-3000:]
+
+
+@pytest.mark.slow
+def test_routing_speed_gpu_branches_run_on_the_stand_in():
+    """Everything routing_speed.py does only on a GPU (CUDA events, the pool's peak, every kernel
+    replayed alone), at small sizes: a slip there would otherwise cost the first GPU run."""
+    output = run_standin(["routing_speed.py", "--impl", "cupy", "raw", "fused", "--batch", "2", "--in-caps", "16",
+                          "--repeat", "1", "--warmup", "0", "--json"], cwd=ROOT / "benchmarks")
+    result = json.loads(output)
+    assert result["info"]["gpu"] == "CPU stand-in for CuPy"
+    rows = {(row["impl"], row["pass"]): row for row in result["rows"]}
+    assert set(rows) == {("cupy", "forward"), ("cupy", "forward+backward"), ("raw", "forward"),
+                         ("raw", "forward+backward"), ("fused", "forward")}
+    for row in rows.values():
+        assert row["median_s"] > 0 and row["max_rel_error"] < 1e-5 and row["peak_bytes"] > 0, row
+        assert 0 < row["fraction_of_copy_bandwidth"] < 10, row
+    kernels = result["raw_kernels"]
+    assert {name.split(" (")[0] for name in kernels} == {
+        "capsule_predict", "capsule_grad", "capsule_grad_u", "capsule_grad_w", "routing_weighted_sum",
+        "routing_agreement", "routing_forward", "routing_outer_products", "squash_rows", "squash_rows_grad",
+        "softmax_rows", "softmax_rows_grad", "adam_step", "im2col", "col2im"}
+    for name, kernel in kernels.items():
+        assert kernel["kernel_seconds"] > 0 and kernel["op_seconds"] > 0 and kernel["launches"] >= 1, (name, kernel)
+        assert kernel["bytes"] > 0 and kernel["fraction_of_copy_bandwidth"] > 0, (name, kernel)
+
+
+def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):
+    output = run_standin([str(SUPPORT / "standin_scenarios.py"), "train_on_the_second_gpu", str(tmp_path)])
+    assert output.strip() == "ok"
