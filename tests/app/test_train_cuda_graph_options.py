@@ -9,7 +9,8 @@ import pytest
 from tinygrad_caps.models import cli
 
 from helpers import write_striped_dataset
-from test_cupy_standin import TESTS, run_standin
+from paths import SUPPORT
+from standin import run_standin
 
 TINY = ["--conv1-channels", "3", "--primary-types", "2", "--primary-dim", "3", "--digit-dim", "3", "--kernel-size",
         "3", "--batch-size", "8", "--limit-train", "16", "--limit-test", "8", "--no-progress", "--device", "cpu"]
@@ -52,6 +53,6 @@ def test_on_resume_the_graph_mode_may_change_but_not_the_precision(data_dir, tmp
 
 
 def test_a_captured_training_run_equals_the_eager_one_and_resumes_on_the_stand_in(tmp_path):
-    output = run_standin([str(TESTS / "standin_scenarios.py"), "training_captured_equals_eager", str(tmp_path)],
+    output = run_standin([str(SUPPORT / "standin_scenarios.py"), "training_captured_equals_eager", str(tmp_path)],
                          devices=1)
     assert output.split()[-1] == "ok"
