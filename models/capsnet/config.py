@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decoders import DECODERS
+from .initialization import CAPSULE_INITS
 from .routing import GRADIENT_MODES, ROUTING_KINDS
+from .squash import DEFAULT_SQUASH_EPS, SQUASHES
 
 CONVENTIONS = ("paper", "official")
 MAX_ROUTING_ITERATIONS = 100
@@ -267,6 +269,14 @@ class CapsNetConfig(ModelConfig):
                               "the paper's equations or the official code's biases, initialization and margin "
                               "scaling")
     leaky_routing: bool = flag(False, "an extra zero logit in the routing softmax (\"none of the above\")")
+    squash: str = choice("sabour", tuple(SQUASHES),
+                         "the capsule nonlinearity of every capsule layer: Sabour et al.'s (cubic near 0, zero "
+                         "slope there) or Peer et al.'s code's (linear near 0)")
+    squash_eps: float = number(DEFAULT_SQUASH_EPS, "the squash's epsilon (Peer et al.'s capsnet-limitations uses "
+                                                   "1e-8, gamma-capsule-network 1e-12)", low=1e-30, high=1.0)
+    capsule_init: str = choice("default", tuple(CAPSULE_INITS),
+                               "the routing layers' initial weights and biases: the model's own, or Peer et al.'s "
+                               "code's (weights N(0, 0.2), biases 0.1)")
 
 
 @dataclass(frozen=True)

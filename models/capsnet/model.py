@@ -14,7 +14,9 @@ from tinygrad_caps import nn
 from .config import CapsNetConfig, keyword_signature
 from .decoders import make_decoder
 from .image_batch import image_batch
+from .initialization import CAPSULE_INITS
 from .routing import ROUTING_KINDS, dynamic_routing, uniform_routing
+from .squash import squash_function
 
 LENGTH_EPS = 1e-8
 
@@ -70,11 +72,13 @@ class PrimaryCaps(nn.Module):
     H, W), is permuted to (B, types, H, W, dim) so that one capsule's components stay together,
     then flattened to (B, types*H*W, dim) and squashed. A ``coupling`` other than 1 multiplies
     the convolution before its bias (the official code's one-iteration routing, see CapsNet).
+    ``squash`` is the nonlinearity (a function over the last axis; default Sabour et al.'s).
     """
 
-    def __init__(self, in_channels, types, dim, kernel_size, stride=2, coupling=1.0):
+    def __init__(self, in_channels, types, dim, kernel_size, stride=2, coupling=1.0, squash=None):
         super().__init__()
         self.types, self.dim, self.stride, self.coupling = types, dim, stride, coupling
+        self.squash = squash or squash_function()
         conv = nn.Conv2d(in_channels, types * dim, kernel_size)  # for PyTorch's default initialization
         self.weight, self.bias = conv.weight, conv.bias
 
@@ -87,7 +91,7 @@ class PrimaryCaps(nn.Module):
         batch, _, h, w = y.shape
         y = F.reshape(y, (batch, self.types, self.dim, h, w))
         y = F.permute(y, (0, 1, 3, 4, 2))
-        return F.squash(F.reshape(y, (batch, self.types * h * w, self.dim)), axis=-1)
+        return self.squash(F.reshape(y, (batch, self.types * h * w, self.dim)))
 
 
 class CapsuleLayer(nn.Module):
@@ -96,15 +100,17 @@ class CapsuleLayer(nn.Module):
     Parameters: weight (I, J, D, K) and, with ``bias``, bias (J, D) added to the weighted sum
     before the squash in every routing iteration (zero at initialization; see ``CapsNet``).
     ``routing`` is "dynamic" (Procedure 1, ``iterations`` and ``gradient`` apply) or "uniform"
-    (c = 1/J, one weighted sum); ``leaky_routing`` adds the "none of the above" logit.
+    (c = 1/J, one weighted sum); ``leaky_routing`` adds the "none of the above" logit; ``squash``
+    is the nonlinearity (a function over the last axis, ``squash.squash_function``; default Sabour et al.'s).
     """
 
     def __init__(self, in_caps, in_dim, out_caps, out_dim, iterations=3, gradient="full", routing="dynamic",
-                 bias=False, leaky_routing=False):
+                 bias=False, leaky_routing=False, squash=None):
         super().__init__()
         if routing not in ROUTING_KINDS:
             raise ValueError(f"{type(self).__name__}: routing must be one of {ROUTING_KINDS}, got {routing!r}")
         self.iterations, self.gradient, self.routing, self.leaky_routing = iterations, gradient, routing, leaky_routing
+        self.squash = squash
         dtype = tc.get_default_dtype()
         self.weight = nn.Parameter(np.zeros((in_caps, out_caps, out_dim, in_dim), dtype=dtype), device="cpu")
         nn.init.normal_(self.weight, 0.0, 0.01)
@@ -116,9 +122,9 @@ class CapsuleLayer(nn.Module):
         u_hat = F.capsule_predict(u, self.weight)
         if self.routing == "uniform":
             return uniform_routing(u_hat, self.bias, return_coupling, leaky_routing=self.leaky_routing,
-                                   trace=return_trace)
+                                   trace=return_trace, squash=self.squash)
         return dynamic_routing(u_hat, self.iterations, self.gradient, return_coupling, trace=return_trace,
-                               leaky_routing=self.leaky_routing, bias=self.bias)
+                               leaky_routing=self.leaky_routing, bias=self.bias, squash=self.squash)
 
 
 class DigitCaps(CapsuleLayer):
@@ -154,6 +160,11 @@ class CapsNet(nn.Module):
             one-iteration coupling 1/types before its bias, and weights are drawn from a normal
             truncated at 2 standard deviations (0.05 for conv1, 0.1 otherwise) with biases 0.1.
         leaky_routing: an extra zero logit in every softmax over output capsules ("none of the above").
+        squash, squash_eps: the nonlinearity of PrimaryCaps and every routing layer, by name
+            (``squash.SQUASHES``: "sabour", the paper's, or "peer", Peer et al.'s code's, linear near 0).
+        capsule_init: how the routing layers start (``initialization.CAPSULE_INITS``): "default" (as
+            above) or "peer" (Peer et al.'s code: weights N(0, 0.2), biases 0.1), applied after the
+            conventions' initialization.
     """
 
     def __init__(self, config: CapsNetConfig | dict | None = None, **overrides):
@@ -163,7 +174,8 @@ class CapsNet(nn.Module):
         self.config = CapsNetConfig.resolved(config, **overrides)
         (in_channels, image_size, num_classes, routing_iterations, routing_gradient, decoder, conv1_channels,
          primary_types, primary_dim, digit_dim, kernel_size, hidden_capsules, capsule_bias, routing, conventions,
-         leaky_routing) = (getattr(self.config, f.name) for f in dataclasses.fields(CapsNetConfig))
+         leaky_routing, squash, squash_eps, capsule_init) = (getattr(self.config, f.name)
+                                                             for f in dataclasses.fields(CapsNetConfig))
         conv1_size, primary_size = feature_map_sizes(image_size, kernel_size)
         if conv1_size < 1 or primary_size < 1:
             raise ValueError(f"CapsNet: image_size {image_size} is too small for two {kernel_size}x{kernel_size} convolutions")
@@ -173,10 +185,11 @@ class CapsNet(nn.Module):
         # The official PrimaryCaps is a capsule layer with one routing iteration: its c = softmax(0)
         # over the capsule types (plus the leak) multiplies the convolution before the bias.
         primary_coupling = 1.0 / (primary_types + (1 if leaky_routing else 0)) if official else 1.0
+        nonlinearity = squash_function(squash, squash_eps)
         self.primary = PrimaryCaps(conv1_channels, primary_types, primary_dim, kernel_size, stride=2,
-                                   coupling=primary_coupling)
+                                   coupling=primary_coupling, squash=nonlinearity)
         layer_options = dict(iterations=routing_iterations, gradient=routing_gradient, routing=routing,
-                             bias=capsule_bias or official, leaky_routing=leaky_routing)
+                             bias=capsule_bias or official, leaky_routing=leaky_routing, squash=nonlinearity)
         in_caps, in_dim = self.num_primary, primary_dim
         self.hidden = nn.Sequential(*[CapsuleLayer(in_caps if k == 0 else hidden_capsules[k - 1][0],
                                                    in_dim if k == 0 else hidden_capsules[k - 1][1],
@@ -188,6 +201,7 @@ class CapsNet(nn.Module):
         self.decoder = make_decoder(decoder, num_classes * digit_dim, in_channels, image_size)
         if official:
             self._official_initialization()
+        CAPSULE_INITS[capsule_init](self.routing_layers())
 
     @classmethod
     def from_config(cls, config: CapsNetConfig) -> "CapsNet":

@@ -10,13 +10,16 @@ engine. ``gradient`` chooses how much of it flows:
 Two options follow the authors' TensorFlow code (Sarasra/models, research/capsules,
 models/layers/layers.py ``_update_routing``): ``bias``, added to s_j before the squash in every
 iteration, and ``leaky_routing`` (``_leaky_routing``: a zero logit joins the softmax over the
-output capsules). ``uniform_routing`` is the no-routing baseline with c = 1/J.
+output capsules). ``uniform_routing`` is the no-routing baseline with c = 1/J. Both take the
+capsule nonlinearity as ``squash`` (a function over the last axis, ``squash.squash_function``;
+default Sabour et al.'s).
 """
 from __future__ import annotations
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
 
+from .squash import DEFAULT_SQUASH_EPS, sabour_squash
 from .trace import RoutingTrace
 
 GRADIENT_MODES = ("full", "detach")
@@ -24,7 +27,7 @@ ROUTING_KINDS = ("dynamic", "uniform")
 
 
 def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_coupling: bool = False,
-                    trace: bool = False, leaky_routing: bool = False, bias=None):
+                    trace: bool = False, leaky_routing: bool = False, bias=None, squash=None):
     """Route predictions to output capsules.
 
     Args:
@@ -38,6 +41,7 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
             coefficients of an input capsule over the J real outputs sum to less than 1.
         bias: None or a (J, D) Tensor beta added to the weighted sum before the squash in every
             iteration, s_j = sum_i c_ij u_hat_j|i + beta_j.
+        squash: the nonlinearity v = squash(s) over the last axis (default: Sabour et al.'s, eps 1e-8).
     Returns:
         v: (B, J, D) output capsules; with ``return_coupling``, (v, [c_1, ..., c_r]); with ``trace``,
         (v, trace); with both, (v, [c_1, ..., c_r], trace).
@@ -50,8 +54,10 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
         raise ValueError(f"dynamic_routing: expected u_hat (B, I, J, D), got shape {u_hat.shape}")
     batch, inputs, outputs, _ = u_hat.shape
     _check_bias("dynamic_routing", bias, u_hat)
-    if not (return_coupling or trace or leaky_routing or bias is not None) and F.fused_routing_available(u_hat):
+    plain = not (return_coupling or trace or leaky_routing or bias is not None) and _is_default_squash(squash)
+    if plain and F.fused_routing_available(u_hat):
         return F.routing_forward(u_hat, iterations)  # no gradient recorded: all iterations in one kernel
+    squash = squash or sabour_squash
     frozen = u_hat.detach() if gradient == "detach" else u_hat
     logits = tc.zeros((batch, inputs, outputs), dtype=u_hat.dtype, device=u_hat.device)  # b = 0, per example
     couplings = []
@@ -63,7 +69,7 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
         couplings.append(c)
         summed = F.identity(predictions) if trace else predictions
         s = weighted_sum(c, summed, bias)
-        v = F.squash(s, axis=-1)
+        v = squash(s)
         if trace:
             _record(record, logits=logits, coupling=c, weighted=s, outputs=v, u_hat_sum=summed)
         if not last:
@@ -73,6 +79,12 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
                 _record(record, agreement=a, u_hat_agreement=agreeing)
             logits = logits + a
     return _routing_result(v, couplings if return_coupling else None, record)
+
+
+def _is_default_squash(squash) -> bool:
+    """Whether ``squash`` is the fused kernel's: Sabour et al.'s with eps 1e-8 (None means it)."""
+    return squash is None or squash is sabour_squash or (
+        getattr(squash, "name", None) == "sabour" and getattr(squash, "eps", None) == DEFAULT_SQUASH_EPS)
 
 
 def _record(trace, **tensors):
@@ -109,7 +121,8 @@ def _check_bias(name, bias, u_hat):
                          f"got {tuple(bias.shape)}")
 
 
-def uniform_routing(u_hat, bias=None, return_coupling: bool = False, leaky_routing: bool = False, trace: bool = False):
+def uniform_routing(u_hat, bias=None, return_coupling: bool = False, leaky_routing: bool = False, trace: bool = False,
+                    squash=None):
     """No routing: fixed coupling c_ij = 1/J (1/(J+1) with ``leaky_routing``), one weighted sum and squash.
 
     The baseline of Paik et al. (2019) and Gu & Tresp (2020); equal to the first iteration of
@@ -119,6 +132,7 @@ def uniform_routing(u_hat, bias=None, return_coupling: bool = False, leaky_routi
         u_hat: (B, I, J, D) predictions. bias: None or (J, D), added before the squash.
         return_coupling: also return [c], the single (B, I, J) coupling (a constant).
         trace: also return a one-iteration RoutingTrace (logits 0, c, s, v, u_hat through an identity node).
+        squash: the nonlinearity over the last axis (default: Sabour et al.'s).
     Returns:
         v: (B, J, D); with ``return_coupling``, (v, [c]); with ``trace``, (v, trace); both, (v, [c], trace).
     """
@@ -130,7 +144,7 @@ def uniform_routing(u_hat, bias=None, return_coupling: bool = False, leaky_routi
     c = tc.full((batch, inputs, outputs), share, dtype=u_hat.dtype, device=u_hat.device)
     summed = F.identity(u_hat) if trace else u_hat
     s = weighted_sum(c, summed, bias)
-    v = F.squash(s, axis=-1)
+    v = (squash or sabour_squash)(s)
     record = None
     if trace:
         record = RoutingTrace(gradient="full")

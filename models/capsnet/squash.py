@@ -1,0 +1,55 @@
+"""The capsule nonlinearities a CapsNet can use (``CapsNet(squash=NAME, squash_eps=EPS)``), by name.
+
+``SQUASHES`` maps each name to a function ``(s, eps) -> v`` over the last axis of ``s``; the
+config's ``squash`` option, its CLI choices and its README row are derived from this table, so a
+new nonlinearity is one function and one entry here.
+
+    "sabour"  Sabour et al. (2017), eq. 1, with eps under the root where the norm divides:
+              v = |s|^2 / (1 + |s|^2) * s / sqrt(|s|^2 + eps). Cubic near s = 0 (|v| ~ |s|^3 /
+              sqrt(eps)), so its derivative there is 0: a capsule whose input is (nearly) zero
+              passes (almost) no gradient back.
+    "peer"    Peer et al.'s code (peerdavid/capsnet-limitations and gamma-capsule-network,
+              ``capsule/utils.py`` ``squash``): n = |s|^2 + eps; v = n / (1 + n) * s / sqrt(n) + eps.
+              Linear near s = 0 (v ~ sqrt(eps) s + eps), so the gradient does not vanish there.
+              capsnet-limitations uses eps = 1e-8, gamma-capsule-network 1e-12.
+"""
+from __future__ import annotations
+
+from tinygrad_caps import functional as F
+
+DEFAULT_SQUASH_EPS = 1e-8
+
+
+def sabour_squash(s, eps: float = DEFAULT_SQUASH_EPS):
+    """|s|^2 / (1 + |s|^2) * s / sqrt(|s|^2 + eps) over the last axis (one engine op, ``F.squash``)."""
+    return F.squash(s, axis=-1, eps=eps)
+
+
+def peer_squash(s, eps: float = DEFAULT_SQUASH_EPS):
+    """n / (1 + n) * s / sqrt(n) + eps with n = |s|^2 + eps, over the last axis, from engine ops."""
+    n = F.sum(s * s, axis=-1, keepdims=True) + eps
+    return n / (1 + n) * s / F.sqrt(n) + eps
+
+
+SQUASHES = {"sabour": sabour_squash, "peer": peer_squash}
+
+
+class Nonlinearity:
+    """The nonlinearity ``name`` of ``SQUASHES`` with its ``eps`` bound: called on s, returns v (last
+    axis); a plain object, so a model that holds one still pickles and copies."""
+
+    def __init__(self, name: str = "sabour", eps: float = DEFAULT_SQUASH_EPS):
+        if name not in SQUASHES:
+            raise ValueError(f"squash must be one of {', '.join(SQUASHES)}, got {name!r}")
+        self.name, self.eps = name, float(eps)
+
+    def __call__(self, s):
+        return SQUASHES[self.name](s, self.eps)
+
+    def __repr__(self) -> str:
+        return f"Nonlinearity({self.name!r}, eps={self.eps:g})"
+
+
+def squash_function(name: str = "sabour", eps: float = DEFAULT_SQUASH_EPS) -> Nonlinearity:
+    """The nonlinearity ``name`` with ``eps``: a callable ``s -> v`` over the last axis."""
+    return Nonlinearity(name, eps)
