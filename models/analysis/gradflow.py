@@ -13,7 +13,7 @@ from tinygrad_caps.backend import to_numpy
 
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
 from ..capsnet.routing import GRADIENT_MODES
-from .routing_statistics import per_iteration, routing_statistics
+from .routing_statistics import network_scores, per_iteration, routing_statistics
 
 HESSIAN_PARAMETER = "digit.weight"
 
@@ -132,9 +132,10 @@ def gradient_flow_report(model, images, labels, modes=("full", "detach"), hessia
     Returns:
         {"config": {...}, "modes": {mode: {"loss", "layers": [{"name", "iterations": [{"iteration",
         "coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine",
-        "grad_norm_sum", "grad_norm_agreement"}, ...]}, ...], "parameter_grad_norms": {name: norm},
-        "hessian_top_eigenvalue": float or None}}, "mode_cosine": {name: cosine of the gradients
-        in the first two modes (None where one is zero)}}.
+        "grad_norm_sum", "grad_norm_agreement"}, ...]}, ...], "network": the network's T and D as
+        Peer et al. report them (``routing_statistics.network_scores``), "parameter_grad_norms":
+        {name: norm}, "hessian_top_eigenvalue": float or None}}, "mode_cosine": {name: cosine of the
+        gradients in the first two modes (None where one is zero)}}.
     """
     modes = tuple(modes)
     if not modes:
@@ -179,7 +180,7 @@ def _measure(model, x, labels, reconstruction_weight, hessian_iterations):
     grads = {}
     for name, p in model.named_parameters():
         grads[name] = np.zeros(p.shape) if p.grad is None else to_numpy(p.grad.data).astype(np.float64)
-    result = {"loss": float(loss.item()), "layers": layers,
+    result = {"loss": float(loss.item()), "layers": layers, "network": network_scores(layers),
               "parameter_grad_norms": {name: _norm(g) for name, g in grads.items()},
               "hessian_top_eigenvalue": None}
     del traces, loss
@@ -188,6 +189,29 @@ def _measure(model, x, labels, reconstruction_weight, hessian_iterations):
         result["hessian_top_eigenvalue"] = hessian_top_eigenvalue(model, x, labels, hessian_iterations,
                                                                   reconstruction_weight)
     return result, grads
+
+
+def mode_gradient_cosines(model, x, labels, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT) -> dict:
+    """Right after a training step's backward (its gradients in the parameters' ``.grad``, in the
+    model's own routing-gradient mode): the cosine between those gradients and the ones the other
+    mode gives on the same batch and weights, per parameter and over all parameters together ("all").
+
+    One more forward and backward, in the other mode; the parameters' ``.grad`` are left as they
+    were. None where either gradient is zero.
+    """
+    own_mode = routing_layers(model)[-1][1].gradient
+    other = next(mode for mode in GRADIENT_MODES if mode != own_mode)
+    own = {name: np.zeros(p.shape) if p.grad is None else to_numpy(p.grad.data).astype(np.float64)
+           for name, p in model.named_parameters()}
+    with _kept_parameter_grads(model), routing_gradient(model, other):
+        model.zero_grad()
+        batch_loss(model, x, labels, reconstruction_weight).backward()
+        theirs = {name: np.zeros(p.shape) if p.grad is None else to_numpy(p.grad.data).astype(np.float64)
+                  for name, p in model.named_parameters()}
+    cosines = {name: _cosine(own[name], theirs[name]) for name in own}
+    cosines["all"] = _cosine(np.concatenate([g.ravel() for g in own.values()]),
+                             np.concatenate([g.ravel() for g in theirs.values()]))
+    return cosines
 
 
 def mean_of_reports(reports: list) -> dict:

@@ -5,6 +5,18 @@ gradient reaches u_hat through each iteration and path.
 Peer et al. (2019) define the T-score (1 - normalized coupling entropy; 0 uniform, 1 one-hot) and
 the D-score (how much output capsule lengths vary over the batch); Paik et al. (2019) follow the
 polarization of the coupling coefficients over iterations.
+
+As their authors define them:
+- the entropy and the T-score are computed in float64 on the couplings renormalised to sum to 1
+  over the output capsules (the leaky routing's rows sum to less), so an exactly uniform coupling
+  gives T = 0 and a one-hot coupling T = 1 at any float dtype; deviations from uniform that the
+  couplings' own dtype cannot represent give T below ``t_score_resolution(dtype, J)`` (about 3e-15
+  in float32), which is rounding, not routing;
+- every routing layer has its own T and D (``routing_statistics`` of its trace); the network's T
+  is the mean over the routing layers of their last iteration's T, and its D-score is the D of the
+  hidden capsule layers (``network_scores``): Peer et al. take D on the hidden layer because
+  DigitCaps' lengths are forced by the margin loss, so DigitCaps' D (``digit_d_score``) is not
+  comparable to theirs.
 """
 from __future__ import annotations
 
@@ -48,18 +60,49 @@ def prediction_lengths(u_hat):
         return xp.sqrt(xp.einsum("bijd,bijd->bij", u, u))
 
 
+def t_score(c) -> float:
+    """Peer et al.'s T-score of couplings c (B, I, J): the mean over (b, i) of 1 - H(p) / log J, where
+    p = c[b, i, :] / sum_j c[b, i, j], computed in float64; 0 for a uniform row, 1 for a one-hot one.
+
+    Each row's T is sum_j p_j log(c_j J / S) / log J (S the row's sum), at least 0 (a negative
+    value is rounding); a row of equal values is 0 and a row with one non-zero entry 1, exactly.
+    """
+    c = _native(c)
+    if c.ndim != 3:
+        raise ValueError(f"t_score: expected c (B, I, J), got shape {c.shape}")
+    outputs = c.shape[-1]
+    if outputs < 2:
+        return 1.0  # with one output capsule the coupling is always one-hot
+    xp = array_module(c)
+    with on_device_of(c):
+        c = c.astype(np.float64)
+        total = c.sum(axis=-1, keepdims=True)
+        ratio = c * outputs / total
+        # p log(p J) -> 0 as p -> 0: the log of the zero entries is taken at 1 and multiplied by 0.
+        rows = xp.maximum((c / total * xp.log(xp.where(c > 0, ratio, 1.0))).sum(axis=-1) / math.log(outputs), 0.0)
+        rows = xp.where(c.max(axis=-1) == c.min(axis=-1), 0.0, rows)
+        rows = xp.where((c > 0).sum(axis=-1) == 1, 1.0, rows)
+        return float(rows.mean())
+
+
 def coupling_entropy(c) -> float:
-    """Mean over (b, i) of H(c[b, i, :]) / log J for couplings c (B, I, J): 1 uniform, 0 one-hot."""
+    """Mean over (b, i) of H(p) / log J for couplings c (B, I, J) renormalised to p summing to 1
+    (float64): 1 uniform, 0 one-hot; 1 - ``t_score(c)``."""
     c = _native(c)
     if c.ndim != 3:
         raise ValueError(f"coupling_entropy: expected c (B, I, J), got shape {c.shape}")
-    if c.shape[-1] < 2:
-        return 0.0  # with one output capsule the coupling is always one-hot
-    xp = array_module(c)
-    with on_device_of(c):
-        # c log c -> 0 as c -> 0: clamping c inside the log to the smallest normal number gives 0 * finite.
-        c_log_c = c * xp.log(xp.maximum(c, np.finfo(c.dtype).tiny))
-        return float(-c_log_c.sum(axis=-1).mean(dtype=np.float64) / math.log(c.shape[-1]))
+    return 1.0 - t_score(c)
+
+
+def t_score_resolution(dtype, outputs: int) -> float:
+    """The smallest T-score that couplings stored in ``dtype`` over ``outputs`` capsules can show
+    beyond rounding: T of a row whose entries differ from 1/J by one relative rounding unit
+    (eps^2 / (2 log J), about 3e-15 for float32 and J = 10). A measured |T| below it is float
+    rounding of a uniform coupling, not a routing effect."""
+    if outputs < 2:
+        return 0.0
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    return eps * eps / (2.0 * math.log(outputs))
 
 
 def polarization(c) -> float:
@@ -129,9 +172,9 @@ def routing_statistics(trace) -> dict:
     stats = {name: [] for name in STATISTICS}
     lengths = {}  # |u_hat| per distinct u_hat array: every u_hat_sum[r] of a real trace views the same one
     for r in range(iterations):
-        entropy = coupling_entropy(trace.coupling[r])
-        stats["coupling_entropy"].append(entropy)
-        stats["t_score"].append(1.0 - entropy)
+        score = t_score(trace.coupling[r])
+        stats["coupling_entropy"].append(1.0 - score)
+        stats["t_score"].append(score)
         stats["polarization"].append(polarization(trace.coupling[r]))
         stats["d_score"].append(d_score(trace.outputs[r]))
         has_u_hat = r < len(trace.u_hat_sum)
@@ -156,3 +199,22 @@ def per_iteration(stats: dict) -> list:
     """The dict of lists from ``routing_statistics`` as one dict per iteration: [{"iteration": 0, ...}, ...]."""
     count = len(stats["coupling_entropy"])
     return [dict({"iteration": r}, **{name: stats[name][r] for name in STATISTICS}) for r in range(count)]
+
+
+def network_scores(layers: list) -> dict:
+    """The network's T and D as Peer et al. report them, from per-layer statistics in the layout of
+    ``gradient_flow_report`` and ``gradflow.jsonl`` (``[{"name", "iterations": [{"t_score",
+    "d_score", ...}, ...]}, ...]``, bottom to top, DigitCaps last), each layer's last iteration:
+
+    {"t_score": mean of the routing layers' T, "d_score": mean of the hidden layers' D (None without
+    a hidden layer), "digit_d_score": DigitCaps' D (forced by the loss: not Peer et al.'s D-score),
+    "layers": {name: {"t_score", "d_score"}}}.
+    """
+    if not layers:
+        raise ValueError("network_scores: no routing layer")
+    last = {layer["name"]: layer["iterations"][-1] for layer in layers}
+    hidden = [row["d_score"] for name, row in last.items() if name != layers[-1]["name"]]
+    return {"t_score": float(np.mean([row["t_score"] for row in last.values()])),
+            "d_score": float(np.mean(hidden)) if hidden else None,
+            "digit_d_score": last[layers[-1]["name"]]["d_score"],
+            "layers": {name: {"t_score": row["t_score"], "d_score": row["d_score"]} for name, row in last.items()}}

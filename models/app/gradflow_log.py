@@ -1,13 +1,15 @@
 """``train --log-gradflow N``: every N training batches, the routing statistics and per-iteration,
 per-path gradient norms of that batch, read from the step that runs anyway (its forward records
 the routing traces, its backward retains their gradients), one JSON line each in RUN/gradflow.jsonl.
+With ``--log-mode-cosine`` the line also holds the cosine between that step's gradient and the
+other routing-gradient mode's on the same batch and weights (one more forward and backward).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ..analysis.routing_statistics import per_iteration, routing_statistics
+from ..analysis.routing_statistics import network_scores, per_iteration, routing_statistics
 from .run_state import write_text_atomically
 
 
@@ -29,15 +31,21 @@ class GradflowLog:
         """True when global step ``step`` (1-based) is to be logged."""
         return step % self.every == 0
 
-    def write(self, epoch: int, batch: int, step: int, mode: str, traces) -> dict:
+    def write(self, epoch: int, batch: int, step: int, mode: str, traces, mode_cosine=None) -> dict:
         """Append one line for the traces of a step whose backward has run (gradients retained); returns it.
 
         Layout: {"epoch", "batch" (1-based within the epoch), "step" (1-based over the run), "mode" (the
-        routing gradient mode), "layers": [{"name", "iterations": [{"iteration", statistics...}]}]}.
+        routing gradient mode), "layers": [{"name", "iterations": [{"iteration", statistics...}]}],
+        "network": the network's T and D (``routing_statistics.network_scores``)}, and with
+        ``mode_cosine`` (``train --log-mode-cosine``) "mode_cosine": {parameter or "all": the cosine
+        between the step's gradient and the other routing-gradient mode's}.
         """
-        record = {"epoch": epoch, "batch": batch, "step": step, "mode": mode,
-                  "layers": [{"name": trace.name or "digit", "iterations": per_iteration(routing_statistics(trace))}
-                             for trace in traces]}
+        layers = [{"name": trace.name or "digit", "iterations": per_iteration(routing_statistics(trace))}
+                  for trace in traces]
+        record = {"epoch": epoch, "batch": batch, "step": step, "mode": mode, "layers": layers,
+                  "network": network_scores(layers)}
+        if mode_cosine is not None:
+            record["mode_cosine"] = mode_cosine
         with open(self.path, "w" if self.fresh else "a") as f:
             f.write(json.dumps(record) + "\n")
         self.fresh = False

@@ -15,6 +15,7 @@ FASHION = Path("/usr/share/datasets/fashion-mnist")
 needs_fashion = pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),
                                    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
 TINY_MODEL = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4"]
+TINY_OPTIONS = dict(conv1_channels=4, primary_types=2, primary_dim=4, digit_dim=4)
 STATISTICS = {"iteration", "coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine",
               "grad_norm_sum", "grad_norm_agreement"}
 
@@ -41,7 +42,7 @@ def test_report_layout_and_what_each_mode_lets_through():
     names = [name for name, _ in model.named_parameters()]
     full, detach = report["modes"]["full"], report["modes"]["detach"]
     for result in (full, detach):
-        assert set(result) == {"loss", "layers", "parameter_grad_norms", "hessian_top_eigenvalue"}
+        assert set(result) == {"loss", "layers", "network", "parameter_grad_norms", "hessian_top_eigenvalue"}
         assert [layer["name"] for layer in result["layers"]] == ["digit"]
         rows = result["layers"][0]["iterations"]
         assert [row["iteration"] for row in rows] == [0, 1, 2] and all(set(row) == STATISTICS for row in rows)
@@ -166,19 +167,25 @@ def test_train_log_gradflow_writes_its_lines_without_changing_training(tmp_path)
               "--no-progress", *TINY_MODEL]
     assert cli.main([*common, "--out", str(tmp_path / "plain")]) == 0
     assert cli.main([*common, "--out", str(tmp_path / "logged"), "--log-gradflow", "2"]) == 0
+    assert cli.main([*common, "--out", str(tmp_path / "cosine"), "--log-gradflow", "2", "--log-mode-cosine"]) == 0
     lines = read_jsonl(tmp_path / "logged" / "gradflow.jsonl")
     assert [(line["epoch"], line["batch"], line["step"]) for line in lines] == [(1, 2, 2), (2, 1, 4), (2, 3, 6)]
     for line in lines:
-        assert set(line) == {"epoch", "batch", "step", "mode", "layers"} and line["mode"] == "full"
+        assert set(line) == {"epoch", "batch", "step", "mode", "layers", "network"} and line["mode"] == "full"
         rows = line["layers"][0]["iterations"]
         assert line["layers"][0]["name"] == "digit" and [row["iteration"] for row in rows] == [0, 1, 2]
         assert all(row["grad_norm_sum"] > 0 for row in rows) and rows[0]["grad_norm_agreement"] > 0
+        assert line["network"]["t_score"] == rows[-1]["t_score"] and line["network"]["d_score"] is None
     assert not (tmp_path / "plain" / "gradflow.jsonl").exists()
+    for line in read_jsonl(tmp_path / "cosine" / "gradflow.jsonl"):  # the other mode's gradient, same batch and weights
+        cosines = line["mode_cosine"]
+        assert set(cosines) == {name for name, _ in CapsNet(**TINY_OPTIONS).named_parameters()} | {"all"}
+        assert 0.9 < cosines["all"] <= 1.0 + 1e-12 and cosines["digit.weight"] < 1.0
 
     def losses(run):
         return [(m["train_loss"], m["test_loss"]) for m in read_jsonl(tmp_path / run / "metrics.jsonl")]
 
-    assert losses("plain") == losses("logged")
+    assert losses("plain") == losses("logged") == losses("cosine")
     assert cli.main(["plot", str(tmp_path / "logged"), "--out", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert cli.main(["plot", str(tmp_path / "plain")]) == 0

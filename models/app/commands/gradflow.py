@@ -160,6 +160,11 @@ def format_report(report: dict) -> str:
                              f"{_fixed(row['polarization'], 3):>7} {_norm(row['d_score']):>10} "
                              f"{_fixed(row['agreement_cosine'], 3):>7} {_norm(row['grad_norm_sum']):>10} "
                              f"{_norm(row['grad_norm_agreement']):>10} {_share(share_sum):>9} {_share(share_agree):>9}")
+        network = result.get("network")
+        if network:
+            hidden = "no hidden layer" if network["d_score"] is None else _norm(network["d_score"])
+            lines.append(f" network: T-score {_norm(network['t_score'])} (mean over routing layers, last iteration), "
+                         f"D-score {hidden} (hidden layers; DigitCaps' own D {_norm(network['digit_d_score'])})")
     modes = list(report["modes"])
     names = list(report["modes"][modes[0]]["parameter_grad_norms"])
     lines.append("parameter gradient norms" + (" and cosine between modes" if report.get("mode_cosine") else ""))
