@@ -1,69 +1,64 @@
-"""Figures the capsule studies (benchmarks/studies/) record: per routing layer, the gradient norm
-reaching its weight, the coupling entropy and the D-score of its last iteration (from
-``gradient_flow_report``); the split of a gradient between the margin and reconstruction terms;
-and the depth study's picture."""
+"""The picture of a study's summary (``study run``'s summary.png): each configuration's mean test
+accuracy with its interval and seeds, the learning curves, and the gradient-flow figures over
+training."""
 from __future__ import annotations
 
-import numpy as np
-
-import tinygrad_caps as tc
-from tinygrad_caps import functional as F
-
-from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
-from .gradflow import gradient_flow_report
+from .figure_style import series_style
 from .plots import pyplot
 
-
-def layer_figures(model, x, y) -> list:
-    """Per routing layer (bottom to top): name, gradient norm of the batch loss at its weight, and
-    the coupling entropy and D-score of its last routing iteration, on the batch (x, y), in the
-    model's own routing-gradient mode, as ``gradient_flow_report`` measures them."""
-    report = gradient_flow_report(model, x, y, modes=(model.config.routing_gradient,))
-    measured = next(iter(report["modes"].values()))
-    return [{"name": layer["name"], "grad_norm": measured["parameter_grad_norms"][f"{layer['name']}.weight"],
-             "coupling_entropy": layer["iterations"][-1]["coupling_entropy"],
-             "d_score": layer["iterations"][-1]["d_score"]}
-            for layer in measured["layers"]]
+FIGURE_LABELS = {"inner_share": "inner iterations' share of |grad u_hat| (DigitCaps)",
+                 "mode_cosine": "cos(full, detach) of the gradient", "t_score": "T-score (mean over routing layers)",
+                 "d_score": "D-score (hidden layers)", "digit_d_score": "D of DigitCaps",
+                 "lowest_grad_norm": "|grad u_hat| of the lowest routing layer"}
 
 
-def gradient_shares(model, x, y, parameter="digit.weight",
-                    reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT) -> dict:
-    """Norms of the gradient reaching ``parameter`` from the margin term and from the weighted
-    reconstruction term of ``capsule_loss`` (in the model's conventions), and the margin term's share
-    |g_m|^2 / (|g_m|^2 + |g_r|^2)."""
-    target = dict(model.named_parameters())[parameter]
-    outputs = model(x, y)
-    _, margin, recon = capsule_loss(outputs.lengths, outputs.reconstruction, x, y, reconstruction_weight,
-                                    convention=model.config.conventions, return_terms=True)
-    (g_margin,) = tc.grad(F.mean(margin), [target], retain_graph=True)
-    (g_recon,) = tc.grad(reconstruction_weight * F.mean(recon), [target])
-    m = float(np.sqrt((g_margin.numpy().astype(np.float64) ** 2).sum()))
-    r = float(np.sqrt((g_recon.numpy().astype(np.float64) ** 2).sum()))
-    return {"margin_grad_norm": m, "reconstruction_grad_norm": r,
-            "margin_share": m * m / (m * m + r * r) if m + r > 0 else float("nan")}
-
-
-def plot_depth_study(results: list, path) -> bool:
-    """The depth study's picture: test accuracy and the gradient reaching the lowest routing layer at
-    initialization, against the number of hidden capsule layers; False (nothing drawn) without matplotlib."""
+def plot_study_summary(summary: dict, path) -> bool:
+    """A study summary's picture (``path`` a file name or a binary file object, PNG): the mean test
+    accuracy of every configuration with its 95% interval and its seeds' values, the mean learning
+    curves, and the gradient-flow figures over training where the study logs them. False (nothing
+    drawn) without matplotlib."""
     plt = pyplot()
     if plt is None:
         return False
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for bias in (False, True):
-        for gradient, style in (("full", "-"), ("detach", "--")):
-            rows = sorted((r for r in results if r["capsule_bias"] == bias and r["routing_gradient"] == gradient),
-                          key=lambda r: r["depth"])
-            label = f"{'bias' if bias else 'no bias'}, {gradient}"
-            left.plot([r["depth"] for r in rows], [r["test_accuracy"] for r in rows], style, marker="o", label=label)
-            right.semilogy([r["depth"] for r in rows], [r["initial"][0]["grad_norm"] for r in rows], style,
-                           marker="o", label=label)
-    depths = sorted({r["depth"] for r in results})
-    left.set(xlabel="hidden capsule layers", ylabel="test accuracy", title="accuracy after the budget", xticks=depths)
-    right.set(xlabel="hidden capsule layers", ylabel="|dL/dW| of the lowest routing layer", xticks=depths,
-              title="gradient reaching the lowest routing layer (init;\nexact zeros are not drawn)")
-    left.legend()
+    rows = summary["rows"]
+    figures = [name for name in summary.get("figures", ()) if name in ("inner_share", "mode_cosine", "t_score")][:2]
+    panels = 2 + len(figures)
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.2 + 0.22 * len(rows)))
+    bars, curves = axes[0], axes[1]
+    for k, row in enumerate(rows):
+        if row["mean"] is not None:
+            low, high = row["ci95"] if row["ci95"] is not None else (row["mean"], row["mean"])
+            bars.errorbar([row["mean"]], [k], xerr=[[row["mean"] - low], [high - row["mean"]]], fmt="o", color="C0",
+                          capsize=3)
+            bars.plot(row["values"], [k] * len(row["values"]), "x", color="0.4", markersize=5)
+    bars.set(yticks=range(len(rows)), yticklabels=[row["config_id"] for row in rows], xlabel=summary["metric"],
+             title=f"{summary['study']}: mean, 95% interval (t), seeds (x)")
+    bars.invert_yaxis()
+    for k, row in enumerate(rows):
+        learning = row["curves"]["learning"]
+        if learning:
+            curves.plot(learning["epoch"], learning[summary["metric"]], label=row["config_id"],
+                        **series_style(k, len(rows), len(learning["epoch"])))
+    curves.set(xlabel="epoch", ylabel=f"{summary['metric']} (mean over seeds)", title="learning curves")
+    if any(row["curves"]["learning"] for row in rows):
+        curves.legend(fontsize=7)
+    for ax, name in zip(axes[2:], figures):
+        for k, row in enumerate(rows):
+            gradflow = row["curves"]["gradflow"]
+            if gradflow and any(v is not None for v in gradflow[name]):
+                values = [float("nan") if v is None else (1.0 - v if name == "mode_cosine" else v)
+                          for v in gradflow[name]]
+                if name == "mode_cosine":  # 1 - cos on a log axis: the cosines differ from 1 in late decimals
+                    values = [v if v > 0 else float("nan") for v in values]
+                ax.plot(gradflow["step"], values, label=row["config_id"],
+                        **series_style(k, len(rows), len(gradflow["step"])))
+        label = "1 - " + FIGURE_LABELS[name] + " (log; 0 not drawn)" if name == "mode_cosine" else FIGURE_LABELS[name]
+        ax.set(xlabel="training step", title=label + "\n(mean over seeds, logged steps)")
+        if name == "mode_cosine" and ax.lines:
+            ax.set_yscale("log")
+        if ax.lines:
+            ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
     plt.close(fig)
     return True

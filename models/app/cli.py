@@ -1,5 +1,5 @@
 """The ``tinygrad-caps`` command's options, and the dispatch to one module per command under
-``commands/`` (train, evaluate, visualize, gradflow, plot; ``train --profile`` is ``commands.profile``).
+``commands/`` (train, evaluate, visualize, gradflow, plot, study; ``train --profile`` is ``commands.profile``).
 A user error is one line and exit status 2, a bug its traceback and status 1 (``cli_errors``).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .cli_errors import report
 from .commands.evaluate import DEFAULT_NAME
 from .commands.visualize import WHATS
 from .model_options import add_cnn_options, add_model_options, positive_int
-from .option_checks import decay_factor, learning_rate, loss_weight, seed, use_command_device
+from .option_checks import decay_factor, learning_rate, loss_weight, positive_float, seed, use_command_device
 from .output_paths import picture_help
 from .presets import PRESETS, preset_options
 from .run_options import explicit_options
@@ -46,48 +46,19 @@ def make_parser():
     t.add_argument("--preset", choices=tuple(PRESETS), default=None,
                    help="sabour-official: the official code's conventions and training options; cifar10: Sabour et "
                         "al.'s CIFAR-10 changes (64 primary capsule types, none-of-the-above); explicit options win")
-    t.add_argument("--dataset", default="fashion-mnist",
-                   help=f"{', '.join(DATASETS)}, or the name of a folder of IDX files under --data-dir")
-    t.add_argument("--data-dir", default=None, help="where the dataset's files are (imagefolder: PATH with train/, test/)")
-    t.add_argument("--image-size", type=positive_int, default=None, help="imagefolder: resize to N x N (default 32)")
-    t.add_argument("--channels", type=int, choices=(1, 3), default=None, help="imagefolder: 1 (gray) or 3 (RGB, default)")
-    t.add_argument("--epochs", type=positive_int, default=30)
-    t.add_argument("--batch-size", type=positive_int, default=100)
-    t.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam's learning rate, in (0, 1]")
-    t.add_argument("--lr-decay", type=decay_factor, default=0.9,
-                   help="ExponentialLR gamma in (0, 1], applied after each epoch")
-    t.add_argument("--reconstruction-weight", type=loss_weight, default=DEFAULT_RECONSTRUCTION_WEIGHT,
-                   help="in [0, 1000]")
-    add_model_options(t, defaults=True)
-    add_cnn_options(t)
-    t.add_argument("--augment", choices=["default", "none", "shift", "shift+flip"], default="default",
-                   help="default: the dataset's (shift for MNIST-like data and image folders; none for smallnorb and "
-                        "cifar10, whose random crops are their augmentation)")
-    t.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    t.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    t.add_argument("--cuda-graph", choices=CUDA_GRAPH_MODES, default="auto",
-                   help="capture the training step as a CUDA graph and replay it (GPU only; auto: where the step "
-                        "allows it, saying why not otherwise; on: fail where it cannot; the last, smaller batch "
-                        "of an epoch and logged gradflow steps run eagerly)")
-    t.add_argument("--matmul-precision", choices=PRECISIONS, default="highest",
-                   help="GPU matrix products and convolutions in float32 (highest) or TF32 tensor cores (high, "
-                        "PyTorch's default for cuDNN convolutions); the CPU always computes in float32")
+    add_training_options(t)
     t.add_argument("--seed", type=seed, default=0)
     t.add_argument("--out", default=None, help="run folder (default: a new folder under runs/)")
-    t.add_argument("--limit-train", type=positive_int, default=None)
-    t.add_argument("--limit-test", type=positive_int, default=None)
     t.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.npz")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     t.add_argument("--profile", type=positive_int, default=None, metavar="N",
                    help="profile N training batches, print the time per op and exit (writes nothing)")
-    t.add_argument("--log-gradflow", type=positive_int, default=None, metavar="N",
-                   help="every N batches, append that batch's routing statistics and per-iteration gradient norms "
-                        "to RUN/gradflow.jsonl")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over the processes that mpirun started (--batch-size is the global "
                         "batch; rank 0 writes the files)")
     t.add_argument("--sync-batchnorm", action="store_true",
                    help="with --distributed: batch-norm statistics over the global batch (default: per process)")
+
+    add_study_parser(sub)
 
     e = sub.add_parser("evaluate", help="evaluate a checkpoint on a test set")
     e.add_argument("--checkpoint", required=True)
@@ -143,6 +114,70 @@ def make_parser():
     return parser
 
 
+def add_training_options(t) -> None:
+    """What ``train`` and ``study run`` share: the data, the training budget and schedule, the model
+    options (CapsNet's and the CNN's), the device and the logs."""
+    t.add_argument("--dataset", default="fashion-mnist",
+                   help=f"{', '.join(DATASETS)}, or the name of a folder of IDX files under --data-dir")
+    t.add_argument("--data-dir", default=None, help="where the dataset's files are (imagefolder: PATH with train/, test/)")
+    t.add_argument("--image-size", type=positive_int, default=None, help="imagefolder: resize to N x N (default 32)")
+    t.add_argument("--channels", type=int, choices=(1, 3), default=None, help="imagefolder: 1 (gray) or 3 (RGB, default)")
+    t.add_argument("--epochs", type=positive_int, default=30)
+    t.add_argument("--batch-size", type=positive_int, default=100)
+    t.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam's learning rate, in (0, 1]")
+    t.add_argument("--lr-decay", type=decay_factor, default=0.9,
+                   help="ExponentialLR gamma in (0, 1], applied after each epoch")
+    t.add_argument("--reconstruction-weight", type=loss_weight, default=DEFAULT_RECONSTRUCTION_WEIGHT,
+                   help="in [0, 1000]")
+    add_model_options(t, defaults=True)
+    add_cnn_options(t)
+    t.add_argument("--augment", choices=["default", "none", "shift", "shift+flip"], default="default",
+                   help="default: the dataset's (shift for MNIST-like data and image folders; none for smallnorb and "
+                        "cifar10, whose random crops are their augmentation)")
+    t.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    t.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    t.add_argument("--cuda-graph", choices=CUDA_GRAPH_MODES, default="auto",
+                   help="capture the training step as a CUDA graph and replay it (GPU only; auto: where the step "
+                        "allows it, saying why not otherwise; on: fail where it cannot; the last, smaller batch "
+                        "of an epoch and logged gradflow steps run eagerly)")
+    t.add_argument("--matmul-precision", choices=PRECISIONS, default="highest",
+                   help="GPU matrix products and convolutions in float32 (highest) or TF32 tensor cores (high, "
+                        "PyTorch's default for cuDNN convolutions); the CPU always computes in float32")
+    t.add_argument("--limit-train", type=positive_int, default=None)
+    t.add_argument("--limit-test", type=positive_int, default=None)
+    t.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    t.add_argument("--log-gradflow", type=positive_int, default=None, metavar="N",
+                   help="every N batches, append that batch's routing statistics and per-iteration gradient norms "
+                        "to RUN/gradflow.jsonl")
+    t.add_argument("--log-mode-cosine", action="store_true",
+                   help="with --log-gradflow: also the cosine between the logged step's gradient and the other "
+                        "routing-gradient mode's (full or detach) on the same batch and weights (one more forward "
+                        "and backward per logged step; one process only)")
+
+
+def add_study_parser(sub) -> None:
+    """``study list``, ``study run NAME`` (with the training options) and ``study summary DIR``."""
+    s = sub.add_parser("study", help="run a registered study over configurations and seeds, with a summary")
+    actions = s.add_subparsers(dest="study_command", required=True)
+    actions.add_parser("list", help="one line per registered study: name, what it varies, default budget")
+    r = actions.add_parser("run", help="train every configuration of a study with every seed, then summarise")
+    r.add_argument("name", metavar="NAME", help="a registered study (see study list)")
+    r.add_argument("--out", required=True, metavar="DIR",
+                   help="the study's folder: DIR/runs/CONFIG/seed-S/ (run folders), DIR/study.json, DIR/summary.*")
+    r.add_argument("--seeds", type=positive_int, default=None, help="seeds 0..N-1 (default: the study's)")
+    r.add_argument("--seed-list", default=None, metavar="S,S,...", help="these seeds instead of 0..N-1")
+    r.add_argument("--max-minutes", type=positive_float, default=None, metavar="M",
+                   help="stop at the first batch boundary after M minutes, save, and say how to continue (exit 75)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the study in --out: finished runs are skipped, interrupted ones continue exactly")
+    r.add_argument("--max-depth", type=positive_int, default=None, metavar="K",
+                   help="depth: 0 to K hidden capsule layers (default 3)")
+    add_training_options(r)
+    r.set_defaults(epochs=None)
+    m = actions.add_parser("summary", help="write DIR/summary.json, .md and .png from a study's finished runs")
+    m.add_argument("out", metavar="DIR", help="a study folder (with study.json)")
+
+
 def parse_with_preset(parser, argv):
     """Parse ``argv``; with ``train --preset NAME`` the preset's options become the defaults, so
     options given on the command line still win."""
@@ -159,8 +194,9 @@ def main(argv=None) -> int:
     a bug, 2 for a user error, 128 + signal when stopped)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_with_preset(make_parser(), argv)
-    if args.command == "train":
+    if args.command in ("train", "study"):
         args.explicit = explicit_options(make_parser(), argv)
+        args.command_line = argv
     tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
     try:
         if getattr(args, "device", None) is not None and not getattr(args, "distributed", False):

@@ -65,6 +65,14 @@ def loss_weight(text) -> float:
     return value
 
 
+def positive_float(text) -> float:
+    """argparse type: a finite number > 0."""
+    value = number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def seed(text) -> int:
     """A random seed in [0, 2**63 - 1]."""
     value = integer(text)

@@ -38,6 +38,15 @@ class Interrupted(KeyboardInterrupt):
         self.signum = int(signum)
 
 
+class TimeLimitReached(Interrupted):
+    """The run reached the time it was given (``Trainer.deadline``, ``study run --max-minutes``):
+    it stopped at a batch boundary and saved ``last.npz`` as after Ctrl-C."""
+
+    def __init__(self):
+        KeyboardInterrupt.__init__(self, "time limit reached")
+        self.signum = int(signal.SIGALRM)
+
+
 class StopSignals:
     """Installs SIGINT and SIGTERM handlers for the duration of a ``with`` block (main thread only).
 

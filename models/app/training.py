@@ -33,6 +33,7 @@ from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
 from ..capsnet.baseline_cnn import BaselineCNN
 from ..capsnet.config import MODEL_OPTIONS
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
+from ..analysis.gradflow import mode_gradient_cosines
 from ..capsnet.model import CapsNet
 from ..errors import TrainingDiverged, UsageError
 from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
@@ -42,8 +43,8 @@ from .gradflow_log import GradflowLog, keep_gradflow_through_step
 from .option_checks import device_or_usage_error
 from .progress import progress_bar as _progress
 from .resources import check_fits
-from .run_state import (Interrupted, StopSignals, append_metrics_line, crash_point, keep_metrics_through_epoch,
-                        remove_stale_temporaries, write_text_atomically)
+from .run_state import (Interrupted, StopSignals, TimeLimitReached, append_metrics_line, crash_point,
+                        keep_metrics_through_epoch, remove_stale_temporaries, write_text_atomically)
 
 # Scripts import these under the old name tinygrad_caps.models.training.
 from .checkpoints import MODELS, checkpoint_dataset_spec, load_checkpoint_model  # noqa: E402,F401,I001
@@ -122,6 +123,7 @@ class Trainer:
 
     shard = (0, 1)        # (rank, world_size); distributed_training.DistributedTrainer sets both
     writes_files = True
+    deadline = None       # a time.monotonic() value: at the first batch boundary after it, save and stop
 
     def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print):
         if config["batch_size"] < 1:
@@ -166,6 +168,9 @@ class Trainer:
         self.device_sums = DeviceSums(device)
         self.flush_every = 1 if device == "cpu" else FLUSH_EVERY
         self.captured_step = None
+        self.mode_cosine = None  # the last logged step's cosines between the routing-gradient modes
+        if config.get("log_mode_cosine") and self.shard[1] > 1:
+            raise UsageError("--log-mode-cosine needs one process: its extra backward would run on rank 0 alone")
         every = config.get("log_gradflow")
         self.gradflow_log = GradflowLog(self.out_dir / "gradflow.jsonl", every, fresh=not self.resuming) if every else None
         if self.resuming:
@@ -208,6 +213,8 @@ class Trainer:
         self.optimizer.zero_grad()
         loss.backward()
         self._check_gradients()
+        if traces is not None and self.config.get("log_mode_cosine") and isinstance(self.model, CapsNet):
+            self.mode_cosine = mode_gradient_cosines(self.model, images, labels, self.weight)
         self.optimizer.step()
         self.device_sums.add(loss, margin, recon, predicted, labels, labels.shape[0])
 
@@ -346,7 +353,8 @@ class Trainer:
             except KeyboardInterrupt as exc:
                 with stop.critical(raise_pending=False):
                     self.save(self.last_path)
-                print(f"interrupted: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
+                why = "time limit reached" if isinstance(exc, TimeLimitReached) else "interrupted"
+                print(f"{why}: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
                       f"{self.state['step']}); continue with --resume --out {self.out_dir}", file=sys.stderr)
                 raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
         self.ensure_run_folder()
@@ -359,6 +367,8 @@ class Trainer:
         if self.stdout_closed:
             raise Interrupted(signal.SIGPIPE)
         stop.check()
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise TimeLimitReached()
 
     def train_epoch(self, stop):
         """Train on the rest of the current epoch's batches, adding to the running sums."""
@@ -384,7 +394,8 @@ class Trainer:
                 self.ensure_run_folder()
                 if traces and self.writes_files:
                     self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
-                                            self.model.digit.gradient, traces)
+                                            self.model.digit.gradient, traces,
+                                            self.mode_cosine if self.config.get("log_mode_cosine") else None)
                 if bar is not None:  # tqdm itself shows images/s
                     bar.update(len(y) * self.shard[1])  # every rank trained on as many images
                     if flush:

@@ -1,0 +1,255 @@
+"""A study's summary, from its plan (DIR/study.json) and its finished run folders: DIR/summary.json,
+DIR/summary.md and (with matplotlib) DIR/summary.png.
+
+summary.json: {"study", "metric": "test_accuracy", "epochs", "complete", "rows": [{"config_id",
+"config" (the configuration's own options), "n", "seeds", "values" (each finished seed's
+final-epoch test accuracy, in seed order), "mean", "std" (sample, ddof 1; null for one seed),
+"ci95" (the Student-t 95% interval of the mean), "metrics": {name: {"n", "mean", "std", "ci95"}}
+for the final train and test loss and the study's gradient-flow figures, "curves"}],
+"comparisons": [...]}.
+
+The gradient-flow figures of a run are the means over the logged steps of its last epoch
+(``gradflow.jsonl``; the last logged step before it where that epoch logged none):
+
+    t_score          the network's T-score: the mean over routing layers of their last iteration's T
+    d_score          the D-score of the hidden capsule layers (their mean; Peer et al.'s D-score)
+    digit_d_score    DigitCaps' D (forced by the margin loss: not comparable to Peer et al.'s)
+    inner_share      of the gradient norms reaching DigitCaps' u_hat through each path and iteration,
+                     the share of the inner iterations' paths (r < R-1; none at 1 iteration)
+    lowest_grad_norm the gradient norm reaching the lowest routing layer's u_hat, summed over paths
+    mode_cosine      the cosine between the step's gradient (all parameters) and the other routing-
+                     gradient mode's on the same batch and weights (``--log-mode-cosine``)
+
+"comparisons" holds, for every two configurations whose options differ in one option only and that
+have two or more seeds each, the difference of their mean test accuracies with its Welch 95%
+interval, and whether that interval excludes 0 (the difference exceeds the seeds' spread).
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+from ..analysis.confidence import mean_and_spread, student_t_quantile
+from ..analysis.routing_statistics import network_scores
+from ..analysis.study_figures import plot_study_summary
+from ..errors import UsageError
+from .run_logs import read_json_lines, read_metrics
+from .study_runner import read_study, write_if_changed
+
+METRIC = "test_accuracy"
+LOSSES = ("train_loss", "test_loss")
+
+
+def _last_epoch_lines(gradflow: list, epoch: int) -> list:
+    lines = [line for line in gradflow if line.get("epoch") == epoch]
+    if lines:
+        return lines
+    earlier = [line for line in gradflow if line.get("epoch", 0) <= epoch]
+    return earlier[-1:]
+
+
+def _inner_share(layer: dict):
+    rows = layer["iterations"]
+    if len(rows) < 2:
+        return None
+    norms = [(row["grad_norm_sum"] or 0.0) + (row["grad_norm_agreement"] or 0.0) for row in rows]
+    total = sum(norms)
+    return sum(norms[:-1]) / total if total else 0.0
+
+
+def line_figures(line: dict) -> dict:
+    """The gradient-flow figures of one ``gradflow.jsonl`` line (see the module docstring)."""
+    network = line.get("network") or network_scores(line["layers"])
+    lowest = line["layers"][0]["iterations"]
+    cosine = line.get("mode_cosine") or {}
+    return {"t_score": network["t_score"], "d_score": network["d_score"], "digit_d_score": network["digit_d_score"],
+            "inner_share": _inner_share(line["layers"][-1]),
+            "lowest_grad_norm": sum((row["grad_norm_sum"] or 0.0) + (row["grad_norm_agreement"] or 0.0)
+                                    for row in lowest),
+            "mode_cosine": cosine.get("all")}
+
+
+def _mean(values):
+    kept = [v for v in values if v is not None]
+    return math.fsum(kept) / len(kept) if kept else None
+
+
+def run_figures(run_dir: Path, epoch: int, names) -> dict:
+    """{figure: the mean over the run's last-epoch logged steps} ({} without a gradflow.jsonl)."""
+    path = run_dir / "gradflow.jsonl"
+    if not names or not path.exists():
+        return {}
+    lines = _last_epoch_lines([line for _, line in read_json_lines(path)], epoch)
+    figures = [line_figures(line) for line in lines]
+    return {name: _mean([f[name] for f in figures]) for name in names}
+
+
+def gradflow_curve(run_dir: Path, names) -> dict:
+    """{"step": [...], figure: [...]} over every logged step of a run."""
+    path = run_dir / "gradflow.jsonl"
+    if not names or not path.exists():
+        return {}
+    lines = [line for _, line in read_json_lines(path)]
+    figures = [line_figures(line) for line in lines]
+    return {"step": [line["step"] for line in lines], **{name: [f[name] for f in figures] for name in names}}
+
+
+def _mean_curve(curves: list) -> dict:
+    """Point-wise means of curves with the same x (the shortest length common to all)."""
+    curves = [c for c in curves if c]
+    if not curves:
+        return {}
+    length = min(len(next(iter(c.values()))) for c in curves)
+    x_name = next(iter(curves[0]))
+    mean = {x_name: curves[0][x_name][:length]}
+    for name in curves[0]:
+        if name != x_name:
+            mean[name] = [_mean([c[name][k] for c in curves]) for k in range(length)]
+    return mean
+
+
+def _stats(values) -> dict:
+    spread = mean_and_spread(values)
+    return {k: spread[k] for k in ("n", "mean", "std", "ci95")}
+
+
+def summarize(out, figures=None) -> dict:
+    """The summary of the study in ``out`` (not written; see ``write_summary``). ``figures``: the
+    gradient-flow figures to report (default: those of the registered study, if it is registered)."""
+    out = Path(out)
+    plan = read_study(out)
+    if plan is None:
+        raise UsageError(f"{out} holds no study.json: is it a study folder?")
+    if figures is None:
+        from .study_registry import STUDIES
+        figures = STUDIES[plan["study"]].figures if plan["study"] in STUDIES else ()
+    epochs = plan["epochs"]
+    rows, planned, done = [], 0, 0
+    for config in plan["configs"]:
+        seeds, values, finals, figure_rows, learning, gradflow = [], [], [], [], [], []
+        for run in config["runs"]:
+            planned += 1
+            run_dir = out / run["path"]
+            metrics_path = run_dir / "metrics.jsonl"
+            metrics = read_metrics(metrics_path) if metrics_path.exists() else []
+            final = next((line for line in metrics if line["epoch"] == epochs), None)
+            if final is None:
+                continue
+            done += 1
+            seeds.append(run["seed"])
+            values.append(final[METRIC])
+            finals.append(final)
+            figure_rows.append(run_figures(run_dir, epochs, figures))
+            learning.append({"epoch": [m["epoch"] for m in metrics if m["epoch"] <= epochs],
+                             METRIC: [m[METRIC] for m in metrics if m["epoch"] <= epochs]})
+            gradflow.append(gradflow_curve(run_dir, figures))
+        row = {"config_id": config["config_id"], "config": config["options"], "seeds": seeds, "values": values,
+               **_stats(values)}
+        row["metrics"] = {name: _stats([f[name] for f in finals]) for name in LOSSES}
+        row["metrics"].update({name: _stats([f.get(name) for f in figure_rows]) for name in figures})
+        row["curves"] = {"learning": _mean_curve(learning), "gradflow": _mean_curve(gradflow)}
+        rows.append(row)
+    return {"study": plan["study"], "metric": METRIC, "epochs": epochs, "complete": planned == done,
+            "runs_finished": done, "runs_planned": planned, "figures": list(figures), "rows": rows,
+            "comparisons": comparisons(rows)}
+
+
+def welch_difference(a: dict, b: dict) -> dict | None:
+    """mean(b) - mean(a) with its Welch 95% interval, for two rows of two or more values each."""
+    if a["n"] < 2 or b["n"] < 2:
+        return None
+    va, vb = a["std"] ** 2 / a["n"], b["std"] ** 2 / b["n"]
+    difference = b["mean"] - a["mean"]
+    if va + vb == 0:
+        return {"difference": difference, "ci95": [difference, difference], "exceeds_spread": difference != 0}
+    df = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1))
+    half = student_t_quantile(0.975, df) * math.sqrt(va + vb)
+    low, high = difference - half, difference + half
+    return {"difference": difference, "ci95": [low, high], "exceeds_spread": low > 0 or high < 0}
+
+
+def _differing_option(a: dict, b: dict):
+    keys = set(a) | set(b)
+    differing = [k for k in sorted(keys) if a.get(k) != b.get(k)]
+    return differing[0] if len(differing) == 1 else None
+
+
+def comparisons(rows: list) -> list:
+    """The Welch differences of every two rows one option apart (see the module docstring)."""
+    found = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            option = _differing_option(a["config"], b["config"])
+            difference = welch_difference(a, b) if option else None
+            if difference is not None:
+                found.append({"from": a["config_id"], "to": b["config_id"], "option": option, **difference})
+    return found
+
+
+def _number(value, digits=4) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.2e}"
+
+
+def _interval(ci) -> str:
+    return "-" if ci is None else f"[{_number(ci[0])}, {_number(ci[1])}]"
+
+
+def _mean_sd(stats: dict) -> str:
+    if stats["mean"] is None:
+        return "-"
+    return _number(stats["mean"]) + ("" if stats["std"] is None else f" ± {_number(stats['std'])}")
+
+
+def _options_text(options: dict) -> str:
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in options.items()) or "(the shared options)"
+
+
+def summary_markdown(summary: dict) -> str:
+    """summary.json as Markdown: one row per configuration, then the comparisons."""
+    figures = summary["figures"]
+    lines = [f"# Study {summary['study']}: {summary['metric']} after {summary['epochs']} epochs",
+             "",
+             f"{summary['runs_finished']} of {summary['runs_planned']} runs finished"
+             + ("." if summary["complete"] else " (the others are not in the table)."),
+             "Mean ± sample standard deviation over the seeds; 95%: the Student-t interval of the mean.",
+             "",
+             "| configuration | options | n | test accuracy | 95% | values | train loss | test loss |"
+             + "".join(f" {name} |" for name in figures),
+             "| --- | --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(figures)]
+    for row in summary["rows"]:
+        values = ", ".join(f"{v:.4f}" for v in row["values"]) or "-"
+        cells = [row["config_id"], _options_text(row["config"]), str(row["n"]), _mean_sd(row), _interval(row["ci95"]),
+                 values, _mean_sd(row["metrics"]["train_loss"]), _mean_sd(row["metrics"]["test_loss"])]
+        cells += [_mean_sd(row["metrics"][name]) for name in figures]
+        lines.append("| " + " | ".join(cells) + " |")
+    if summary["comparisons"]:
+        lines += ["", "Configurations one option apart: difference of the mean test accuracies (second minus first) "
+                      "with its Welch 95% interval.", "",
+                  "| from | to | option | difference | 95% | exceeds the seeds' spread |", "| --- | --- | --- | --- | --- | --- |"]
+        for c in summary["comparisons"]:
+            lines.append(f"| {c['from']} | {c['to']} | {c['option']} | {c['difference']:+.4f} | {_interval(c['ci95'])} "
+                         f"| {'yes' if c['exceeds_spread'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out, figures=None) -> dict:
+    """Write DIR/summary.json, summary.md and (with matplotlib) summary.png where they change;
+    returns the summary with "written": the files written."""
+    out = Path(out)
+    summary = summarize(out, figures)
+    written = []
+    if write_if_changed(out / "summary.json", json.dumps(summary, indent=2) + "\n"):
+        written.append(out / "summary.json")
+    if write_if_changed(out / "summary.md", summary_markdown(summary)):
+        written.append(out / "summary.md")
+    picture = io.BytesIO()
+    if plot_study_summary(summary, picture):
+        data, path = picture.getvalue(), out / "summary.png"
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+            written.append(path)
+    return dict(summary, written=[str(p) for p in written])

@@ -1,0 +1,60 @@
+"""The statistics of study summaries without SciPy: the regularized incomplete beta function, Student's
+t distribution and its quantiles against published values, and means with their spread."""
+import math
+
+import numpy as np
+import pytest
+
+from tinygrad_caps.models.analysis.confidence import (mean_and_spread, regularized_incomplete_beta, student_t_cdf,
+                                                      student_t_quantile)
+
+# t_{0.975, df}: the two-sided 95% critical values of Student's t (any statistics table, e.g. NIST's
+# Engineering Statistics Handbook 1.3.6.7.2), and t_{0.995, df} for a few.
+T975 = {1: 12.7062047362, 2: 4.30265272975, 3: 3.18244630528, 4: 2.77644510520, 5: 2.57058183564,
+        6: 2.44691185114, 7: 2.36462425159, 8: 2.30600413520, 9: 2.26215716280, 10: 2.22813885196,
+        15: 2.13144954556, 20: 2.08596344727, 25: 2.05953855275, 30: 2.04227245630, 60: 2.00029782106,
+        120: 1.97993040505, 1000: 1.96233908082}
+T995 = {1: 63.6567411629, 4: 4.60409487142, 10: 3.16927267262}
+
+
+@pytest.mark.parametrize("df", sorted(T975))
+def test_the_975_quantile_matches_the_tables(df):
+    assert student_t_quantile(0.975, df) == pytest.approx(T975[df], rel=1e-9)
+
+
+@pytest.mark.parametrize("df", sorted(T995))
+def test_the_995_quantile_matches_the_tables(df):
+    assert student_t_quantile(0.995, df) == pytest.approx(T995[df], rel=1e-9)
+
+
+def test_large_df_tends_to_the_normal_and_the_quantile_is_odd():
+    assert student_t_quantile(0.975, 1e7) == pytest.approx(1.959963984540054, rel=1e-6)
+    assert student_t_quantile(0.025, 7) == -student_t_quantile(0.975, 7)
+    assert student_t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError):
+        student_t_quantile(1.0, 3)
+
+
+def test_cdf_in_closed_form_for_one_and_two_degrees_of_freedom():
+    for t in (-3.0, -0.5, 0.0, 0.7, 4.0):
+        assert student_t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-13)  # Cauchy
+        assert student_t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-13)
+
+
+def test_incomplete_beta_edges_and_symmetry():
+    assert regularized_incomplete_beta(2.0, 3.0, 0.0) == 0.0 and regularized_incomplete_beta(2.0, 3.0, 1.0) == 1.0
+    for x in (0.1, 0.4, 0.9):
+        assert regularized_incomplete_beta(2.5, 1.5, x) == pytest.approx(1 - regularized_incomplete_beta(1.5, 2.5, 1 - x))
+        assert regularized_incomplete_beta(1.0, 1.0, x) == pytest.approx(x)  # the uniform distribution
+
+
+def test_mean_and_spread_by_hand():
+    values = [0.80, 0.82, 0.87]
+    result = mean_and_spread(values)
+    assert result["n"] == 3 and result["mean"] == pytest.approx(np.mean(values))
+    assert result["std"] == pytest.approx(np.std(values, ddof=1))
+    half = T975[2] * np.std(values, ddof=1) / math.sqrt(3)
+    assert result["ci95"] == pytest.approx([np.mean(values) - half, np.mean(values) + half])
+    assert mean_and_spread([0.5]) == {"n": 1, "mean": 0.5, "std": None, "ci95": None}
+    assert mean_and_spread([]) == {"n": 0, "mean": None, "std": None, "ci95": None}
+    assert mean_and_spread([None, 0.25, 0.75])["n"] == 2
