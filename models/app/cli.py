@@ -164,7 +164,7 @@ def add_study_parser(sub) -> None:
     r.add_argument("name", metavar="NAME", help="a registered study (see study list)")
     r.add_argument("--out", required=True, metavar="DIR",
                    help="the study's folder: DIR/runs/CONFIG/seed-S/ (run folders), DIR/study.json, DIR/summary.*")
-    r.add_argument("--seeds", type=positive_int, default=None, help="seeds 0..N-1 (default: the study's)")
+    r.add_argument("--seeds", type=positive_int, default=None, metavar="N", help="seeds 0..N-1 (default: the study's)")
     r.add_argument("--seed-list", default=None, metavar="S,S,...", help="these seeds instead of 0..N-1")
     r.add_argument("--max-minutes", type=positive_float, default=None, metavar="M",
                    help="stop at the first batch boundary after M minutes, save, and say how to continue (exit 75)")
@@ -174,6 +174,7 @@ def add_study_parser(sub) -> None:
                    help="depth: 0 to K hidden capsule layers (default 3)")
     add_training_options(r)
     r.set_defaults(epochs=None)
+    next(action for action in r._actions if action.dest == "epochs").help = "epochs of every run (default: the study's)"
     m = actions.add_parser("summary", help="write DIR/summary.json, .md and .png from a study's finished runs")
     m.add_argument("out", metavar="DIR", help="a study folder (with study.json)")
 

@@ -70,14 +70,21 @@ def saved_run_options(out: Path):
     A ``config.json`` that cannot be read as a JSON object is a one-line UsageError.
     """
     path = Path(out) / "config.json"
+    return read_json_object(path, f"--resume: cannot read the run's options from {path}",
+                            f"--resume: {path} does not hold the run's options (a JSON object)")
+
+
+def read_json_object(path: Path, unreadable: str, not_an_object: str):
+    """The JSON object in ``path``, or None where there is no such file; a UsageError saying
+    ``unreadable`` (with the reason) or ``not_an_object`` where it cannot be read as one."""
     if not path.exists():
         return None
     try:
         saved = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"--resume: cannot read the run's options from {path} ({exc})") from None
+        raise UsageError(f"{unreadable} ({exc})") from None
     if not isinstance(saved, dict):
-        raise UsageError(f"--resume: {path} does not hold the run's options (a JSON object)")
+        raise UsageError(not_an_object)
     return saved
 
 

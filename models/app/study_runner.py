@@ -31,7 +31,7 @@ import tinygrad_caps as tc
 from ..errors import UsageError
 from .commands.train import model_options
 from .option_checks import check_out_folder, device_or_usage_error
-from .run_options import option_flag, resumed_options
+from .run_options import option_flag, read_json_object, resumed_options
 from .run_state import Interrupted, TimeLimitReached, write_text_atomically
 from .study_registry import Study
 
@@ -58,14 +58,10 @@ def write_if_changed(path: Path, text: str) -> bool:
 def read_study(out) -> dict | None:
     """DIR/study.json, or None where there is none; UsageError if it cannot be read as a study."""
     path = Path(out) / STUDY_FILE
-    if not path.exists():
-        return None
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"cannot read {path} ({exc})") from None
-    if not isinstance(saved, dict) or not {"study", "options", "seeds", "epochs", "configs"} <= set(saved):
-        raise UsageError(f"{path} is not a study's plan (study, options, seeds, epochs, configs)")
+    plan_keys = "a study's plan (study, options, seeds, epochs, configs)"
+    saved = read_json_object(path, f"cannot read {path}", f"{path} is not {plan_keys}")
+    if saved is not None and not {"study", "options", "seeds", "epochs", "configs"} <= set(saved):
+        raise UsageError(f"{path} is not {plan_keys}")
     return saved
 
 

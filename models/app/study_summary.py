@@ -36,6 +36,7 @@ from ..analysis.routing_statistics import network_scores
 from ..analysis.study_figures import plot_study_summary
 from ..errors import UsageError
 from .run_logs import read_json_lines, read_metrics
+from .study_registry import STUDIES
 from .study_runner import read_study, write_if_changed
 
 METRIC = "test_accuracy"
@@ -123,7 +124,6 @@ def summarize(out, figures=None) -> dict:
     if plan is None:
         raise UsageError(f"{out} holds no study.json: is it a study folder?")
     if figures is None:
-        from .study_registry import STUDIES
         figures = STUDIES[plan["study"]].figures if plan["study"] in STUDIES else ()
     epochs = plan["epochs"]
     rows, planned, done = [], 0, 0

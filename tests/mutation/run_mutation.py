@@ -33,7 +33,8 @@ OPTIM = ["tests/models/test_fixtures.py", "tests/app/test_defaults.py", "tests/e
          "tests/engine/test_optim.py"]
 MODELS = ["tests/models/test_routing_reference.py", "tests/models/test_fixtures.py", "tests/app/test_defaults.py",
           "tests/models/test_capsnet_layers.py", "tests/models/test_capsnet_semantics.py",
-          "tests/models/test_official_conventions.py", "tests/models/test_capsnet_variants.py"]
+          "tests/models/test_official_conventions.py", "tests/models/test_capsnet_variants.py",
+          "tests/models/test_squash_and_capsule_init.py"]
 
 # module -> the tests that exercise it, fastest first (each run stops at the first failure)
 SELECTIONS = {
