@@ -11,8 +11,9 @@ from hypothesis import given, strategies as st
 
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
-from helpers import arrays, check_both, shapes
+from helpers import arrays, check_both, shapes, write_striped_dataset
 from tinygrad_caps.models import CapsNet, capsule_loss, cli, dynamic_routing
+from tinygrad_caps.models.app.checkpoints import load_checkpoint_model
 from tinygrad_caps.models.capsnet import CapsNetConfig
 from tinygrad_caps.models.capsnet.squash import SQUASHES, peer_squash, sabour_squash, squash_function
 
@@ -142,8 +143,6 @@ def test_the_readme_hidden_capsule_example_gets_no_gradient_by_default_and_train
 
 
 def test_squash_and_capsule_init_on_the_command_line_and_in_the_checkpoint(tmp_path):
-    from helpers import write_striped_dataset
-
     write_striped_dataset(tmp_path / "data" / "tiny", (16, 8), compress=False)
     common = ["--dataset", "tiny", "--data-dir", str(tmp_path / "data"), "--conv1-channels", "4", "--primary-types",
               "2", "--primary-dim", "4", "--digit-dim", "4", "--kernel-size", "3", "--batch-size", "8", "--no-progress"]
@@ -154,6 +153,5 @@ def test_squash_and_capsule_init_on_the_command_line_and_in_the_checkpoint(tmp_p
     assert (config["squash"], config["squash_eps"], config["capsule_init"]) == ("peer", 1e-12, "peer")
     assert cli.main(["train", *common, "--epochs", "2", "--out", str(out), "--resume"]) == 0
     assert cli.main(["train", *common, "--epochs", "3", "--out", str(out), "--resume", "--squash", "sabour"]) == 2
-    model, _ = __import__("tinygrad_caps.models.app.checkpoints", fromlist=["x"]).load_checkpoint_model(
-        out / "checkpoints" / "last.npz")
+    model, _ = load_checkpoint_model(out / "checkpoints" / "last.npz")
     assert model.primary.squash.name == "peer" and model.digit.squash.eps == 1e-12
