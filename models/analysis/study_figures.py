@@ -3,13 +3,16 @@ accuracy with its interval and seeds, the learning curves, and the gradient-flow
 training."""
 from __future__ import annotations
 
-from .figure_style import series_style
+from .figure_style import integer_ticks, series_style
 from .plots import pyplot
 
 FIGURE_LABELS = {"inner_share": "inner iterations' share of |grad u_hat| (DigitCaps)",
                  "mode_cosine": "cos(full, detach) of the gradient", "t_score": "T-score (mean over routing layers)",
                  "d_score": "D-score (hidden layers)", "digit_d_score": "D of DigitCaps",
                  "lowest_grad_norm": "|grad u_hat| of the lowest routing layer"}
+
+
+LOG_FIGURES = ("mode_cosine", "t_score")  # drawn on a log axis (1 - cos for the cosine)
 
 
 def plot_study_summary(summary: dict, path) -> bool:
@@ -37,24 +40,25 @@ def plot_study_summary(summary: dict, path) -> bool:
     for k, row in enumerate(rows):
         learning = row["curves"]["learning"]
         if learning:
-            curves.plot(learning["epoch"], learning[summary["metric"]], label=row["config_id"],
+            curves.plot(learning["epoch"], learning[summary["metric"]], label=row["config_id"], color=f"C{k % 10}",
                         **series_style(k, len(rows), len(learning["epoch"])))
     curves.set(xlabel="epoch", ylabel=f"{summary['metric']} (mean over seeds)", title="learning curves")
+    integer_ticks(curves.xaxis)
     if any(row["curves"]["learning"] for row in rows):
         curves.legend(fontsize=7)
     for ax, name in zip(axes[2:], figures):
         for k, row in enumerate(rows):
             gradflow = row["curves"]["gradflow"]
             if gradflow and any(v is not None for v in gradflow[name]):
-                values = [float("nan") if v is None else (1.0 - v if name == "mode_cosine" else v)
-                          for v in gradflow[name]]
-                if name == "mode_cosine":  # 1 - cos on a log axis: the cosines differ from 1 in late decimals
-                    values = [v if v > 0 else float("nan") for v in values]
-                ax.plot(gradflow["step"], values, label=row["config_id"],
-                        **series_style(k, len(rows), len(gradflow["step"])))
-        label = "1 - " + FIGURE_LABELS[name] + " (log; 0 not drawn)" if name == "mode_cosine" else FIGURE_LABELS[name]
-        ax.set(xlabel="training step", title=label + "\n(mean over seeds, logged steps)")
-        if name == "mode_cosine" and ax.lines:
+                values = [None if v is None else (1.0 - v if name == "mode_cosine" else v) for v in gradflow[name]]
+                if name in LOG_FIGURES:  # zeros (and rounding below them) are left out of a log axis
+                    values = [v if v is not None and v > 0 else None for v in values]
+                ax.plot(gradflow["step"], [float("nan") if v is None else v for v in values], label=row["config_id"],
+                        color=f"C{k % 10}", **series_style(k, len(rows), len(gradflow["step"])))
+        label = "1 - " + FIGURE_LABELS[name] if name == "mode_cosine" else FIGURE_LABELS[name]
+        scale = " (log; 0 not drawn)" if name in LOG_FIGURES else ""
+        ax.set(xlabel="training step", title=label + scale + "\n(mean over seeds, logged steps)")
+        if name in LOG_FIGURES and ax.lines:
             ax.set_yscale("log")
         if ax.lines:
             ax.legend(fontsize=7)
