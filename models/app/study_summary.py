@@ -22,7 +22,10 @@ The gradient-flow figures of a run are the means over the logged steps of its la
 
 "comparisons" holds, for every two configurations whose options differ in one option only and that
 have two or more seeds each, the difference of their mean test accuracies with its Welch 95%
-interval, and whether that interval excludes 0 (the difference exceeds the seeds' spread).
+interval, and whether that interval excludes 0 (the difference exceeds the seeds' spread); and,
+over the seeds both have, the paired differences (seed by seed: the same seed gives both runs the
+same batches and, where the option leaves the parameters' shapes alone, the same initial weights)
+with their mean, sample sd and Student-t 95% interval ("paired").
 """
 from __future__ import annotations
 
@@ -176,15 +179,28 @@ def _differing_option(a: dict, b: dict):
     return differing[0] if len(differing) == 1 else None
 
 
+def paired_difference(a: dict, b: dict) -> dict | None:
+    """b - a seed by seed over the seeds both rows have (two or more): {"n", "mean", "std", "ci95",
+    "exceeds_spread"}."""
+    values_a = dict(zip(a["seeds"], a["values"]))
+    differences = [value - values_a[seed] for seed, value in zip(b["seeds"], b["values"]) if seed in values_a]
+    if len(differences) < 2:
+        return None
+    spread = _stats(differences)
+    low, high = spread["ci95"]
+    return dict(spread, exceeds_spread=low > 0 or high < 0)
+
+
 def comparisons(rows: list) -> list:
-    """The Welch differences of every two rows one option apart (see the module docstring)."""
+    """The Welch and paired differences of every two rows one option apart (see the module docstring)."""
     found = []
     for i, a in enumerate(rows):
         for b in rows[i + 1:]:
             option = _differing_option(a["config"], b["config"])
             difference = welch_difference(a, b) if option else None
             if difference is not None:
-                found.append({"from": a["config_id"], "to": b["config_id"], "option": option, **difference})
+                found.append({"from": a["config_id"], "to": b["config_id"], "option": option, **difference,
+                              "paired": paired_difference(a, b)})
     return found
 
 
@@ -228,11 +244,16 @@ def summary_markdown(summary: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if summary["comparisons"]:
         lines += ["", "Configurations one option apart: difference of the mean test accuracies (second minus first) "
-                      "with its Welch 95% interval.", "",
-                  "| from | to | option | difference | 95% | exceeds the seeds' spread |", "| --- | --- | --- | --- | --- | --- |"]
+                      "with its Welch 95% interval, and the paired differences seed by seed with their Student-t 95% "
+                      "interval; \"exceeds\": the interval excludes 0.", "",
+                  "| from | to | option | difference | Welch 95% | exceeds | paired, mean ± sd | paired 95% | exceeds |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for c in summary["comparisons"]:
+            paired = c.get("paired")
+            paired_cells = (f"{_mean_sd(paired)} | {_interval(paired['ci95'])} | {'yes' if paired['exceeds_spread'] else 'no'}"
+                            if paired else "- | - | -")
             lines.append(f"| {c['from']} | {c['to']} | {c['option']} | {c['difference']:+.4f} | {_interval(c['ci95'])} "
-                         f"| {'yes' if c['exceeds_spread'] else 'no'} |")
+                         f"| {'yes' if c['exceeds_spread'] else 'no'} | {paired_cells} |")
     return "\n".join(lines) + "\n"
 
 

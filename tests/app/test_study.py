@@ -102,6 +102,20 @@ def test_a_study_runs_summarises_its_run_folders_and_resumes_as_a_no_op(tmp_path
         assert row["metrics"]["mode_cosine"]["mean"] == pytest.approx(np.mean(cosines))
     assert [(c["from"], c["to"], c["option"]) for c in summary["comparisons"]] == [
         ("routing1", "routing3-full", "routing_iterations"), ("routing3-full", "routing3-detach", "routing_gradient")]
+    rows = {row["config_id"]: row for row in summary["rows"]}
+    for comparison in summary["comparisons"]:
+        first, second = rows[comparison["from"]], rows[comparison["to"]]
+        assert comparison["difference"] == pytest.approx(second["mean"] - first["mean"])
+        se = math.sqrt(first["std"] ** 2 / 2 + second["std"] ** 2 / 2)
+        if se > 0:  # Welch: the degrees of freedom of two samples of two lie between 1 and 2
+            half = (comparison["ci95"][1] - comparison["ci95"][0]) / 2
+            assert 4.30 * se <= half + 1e-12 and half <= T975_DF1 * se + 1e-12
+        differences = np.array(second["values"]) - np.array(first["values"])
+        paired = comparison["paired"]
+        assert paired["mean"] == pytest.approx(differences.mean()) and paired["n"] == 2
+        assert paired["std"] == pytest.approx(np.std(differences, ddof=1), abs=1e-15)
+        half = T975_DF1 * np.std(differences, ddof=1) / math.sqrt(2)
+        assert paired["ci95"] == pytest.approx([differences.mean() - half, differences.mean() + half], abs=1e-12)
     markdown = (out / "summary.md").read_text()
     assert "| routing3-detach | routing_iterations=3, routing_gradient=\"detach\" | 2 |" in markdown
     if (out / "summary.png").exists() or _has_matplotlib():
