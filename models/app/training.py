@@ -118,12 +118,22 @@ def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weig
 
 
 class Trainer:
-    """One training run: the data, the model, the optimizer and schedule, and the run folder."""
+    """One training run: the data, the model, the optimizer and schedule, and the run folder.
+
+    ``cuda_graph`` ("auto", "on", "off"; default ``config["cuda_graph"]``, else "auto"): on a GPU
+    the training step is captured as a CUDA graph after two eager warm-up batches and replayed for
+    every full batch (``tinygrad_caps.cuda_graphs``); "auto" says in one line why not where it
+    cannot, "on" makes that a UsageError, the CPU ignores "auto". A captured run computes exactly
+    what an eager one does.
+    """
 
     shard = (0, 1)        # (rank, world_size); distributed_training.DistributedTrainer sets both
     writes_files = True
 
-    def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print):
+    def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print,
+                 cuda_graph: str | None = None):
+        if cuda_graph is not None:  # the keyword wins over config["cuda_graph"] (the CLI's --cuda-graph)
+            config = dict(config, cuda_graph=cuda_graph)
         if config["batch_size"] < 1:
             raise UsageError(f"batch size must be positive, got {config['batch_size']}")
         self.out_dir, self.show_progress, self.log = Path(out_dir), show_progress, log
@@ -443,7 +453,8 @@ class Trainer:
         return record
 
 
-def train(config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print) -> list:
+def train(config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print,
+          cuda_graph: str | None = None) -> list:
     """Train a CapsNet as ``config`` says (the CLI's options); returns the per-epoch metrics.
 
     ``config["cuda_graph"]`` ("auto" by default, "on", "off") captures the training step as a CUDA
@@ -455,7 +466,7 @@ def train(config: dict, out_dir, resume: bool = False, show_progress: bool = Tru
     """
     # The run's GPU is current while it trains (CuPy allocates on the current GPU) and no longer after.
     with tc.backend.on_device(device_or_usage_error(config.get("device", "auto"))):
-        return Trainer(config, out_dir, resume, show_progress, log).run()
+        return Trainer(config, out_dir, resume, show_progress, log, cuda_graph=cuda_graph).run()
 
 
 def limited(images, labels, limit):
