@@ -236,45 +236,19 @@ def captured_training_equals_eager(_):
     1e-6), with capturable Adam whose learning rate changes between replays; the step's GEMMs go
     through kernels.gemm, its capsule ops through the RawKernels, its backward is the tape's."""
     import cupy
+    from capsnet_steps import capsnet_training
     from tinygrad_caps.cuda_graphs import CaptureError, CapturedStep
-    from tinygrad_caps.models import CapsNet, capsule_loss
+    from tinygrad_caps.models import CapsNet
 
     rng = np.random.default_rng(0)
     batches = [(rng.random((4, 1, 10, 10), dtype=np.float32), rng.integers(0, 3, 4)) for _ in range(5)]
 
-    def run(captured, capturable, steps=20):
-        tc.manual_seed(0)
-        model = CapsNet(in_channels=1, image_size=10, num_classes=3, **TINY_MODEL).to(device="cuda")
-        optimizer = tc.optim.Adam(model.parameters(), lr=1e-2, capturable=capturable)
-        x = tc.zeros((4, 1, 10, 10), device="cuda")
-        y = tc.zeros((4,), dtype=np.int64, device="cuda")
-        losses = cupy.zeros(steps, dtype=cupy.float64)
-        index = cupy.zeros(1, dtype=cupy.int64)
-
-        def step():
-            _, lengths, reconstruction = model(x, y.data)[:3]
-            loss = capsule_loss(lengths, reconstruction, x, y.data)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses[index] = loss.data  # recorded on the device: a replay writes its own loss
-            index[...] += 1
-
-        runner = CapturedStep(step, [x, y], warmup=2) if captured else None
-        for k in range(steps):
-            if k == 12:
-                optimizer.lr = 3e-3  # a replay must follow the change
-            images, labels = batches[k % len(batches)]
-            if runner is not None:
-                runner(images, labels)
-            else:
-                x.data[...] = cupy.asarray(images)
-                y.data[...] = cupy.asarray(labels)
-                step()
-        if runner is not None:
-            assert runner.captured and runner.graph.node_count > 50
-            runner.synchronize()
-        return losses.get(), {k: tc.backend.to_numpy(v) for k, v in model.state_dict().items()}, optimizer.state_dict()
+    def run(captured, capturable):
+        losses, weights, state, runner = capsnet_training(batches, 20, captured, capturable, lr=1e-2,
+                                                          lr_change=(12, 3e-3), in_channels=1, image_size=10,
+                                                          num_classes=3, **TINY_MODEL)
+        assert runner is None or (runner.captured and runner.graph.node_count > 50)
+        return losses, weights, state
 
     eager_losses, eager_weights, eager_state = run(False, False)
     for captured, capturable in ((False, True), (True, True)):
