@@ -134,6 +134,17 @@ def make_parser():
     g.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
     add_model_options(g, defaults=False)
 
+    d = sub.add_parser("graph", help="draw the graph one training batch records (routing iterations boxed)")
+    d.add_argument("--checkpoint", default=None, help="default: a freshly initialised model (the model options apply)")
+    d.add_argument("--out", required=True, metavar="FILE.svg",
+                   help="the drawing: .svg, .png or .pdf (with Graphviz's dot), or .dot (the text itself)")
+    d.add_argument("--backward", action="store_true",
+                   help="also draw the graph of the gradients (a create_graph=True backward: grad-of-grad)")
+    d.add_argument("--batch-size", type=positive_int, default=1)
+    d.add_argument("--seed", type=seed, default=0, help="the batch, and a fresh model's initialisation")
+    d.add_argument("--device", default="auto")
+    add_model_options(d, defaults=False)
+
     p = sub.add_parser("plot", help="loss, accuracy and gradient-flow curves of a training run")
     p.add_argument("run", metavar="RUN", help="a run folder (with metrics.jsonl, and gradflow.jsonl if logged)")
     p.add_argument("--out", default=None, metavar="FILE.png", help=picture_help("RUN/plot.png"))

@@ -311,6 +311,35 @@ def training_captured_equals_eager(folder):
     print("ok")
 
 
+def dlpack_on_the_gpu(_):
+    """DLPack on stand-in GPU 1: a tensor's memory is shared with CuPy both ways, the device is
+    kept, and a gradient on imported data flows as on any tensor."""
+    import cupy
+
+    t = tc.tensor(np.arange(6.0).reshape(2, 3), device="cuda:1", requires_grad=True)
+    assert t.__dlpack_device__() == (2, 1)
+    shared = cupy.from_dlpack(t)
+    with cupy.cuda.Device(1):
+        shared[0, 0] = 7.0
+    assert t.numpy()[0, 0] == 7.0 and shared.device.id == 1
+    imported = tc.from_dlpack(shared, requires_grad=True)
+    assert imported.device == "cuda:1"
+    (imported * imported).sum().backward()
+    assert imported.grad.numpy().tolist() == [[14.0, 2.0, 4.0], [6.0, 8.0, 10.0]]
+    expect(ValueError, lambda: tc.from_dlpack(_OtherDevice()), "memory of a device type without arrays here")
+    print("ok")
+
+
+class _OtherDevice:
+    """Something that says its memory lives on a Vulkan device (DLPack device type 7)."""
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("never asked for: the device is refused first")
+
+    def __dlpack_device__(self):
+        return (7, 0)
+
+
 def gemm_layouts_and_precision(_):
     """kernels.gemm on every operand layout the engine passes (C-contiguous, transposed views,
     strided slices, batched), against NumPy; "high" rounds float32 operands to TF32."""
@@ -344,7 +373,8 @@ def gemm_layouts_and_precision(_):
 SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, tensor_api_on_the_second_gpu,
                                      train_on_the_second_gpu, nccl_one_rank, nccl_runs_when_waited_for,
                                      capture_follows_cuda_rules, captured_training_equals_eager,
-                                     gemm_layouts_and_precision, training_captured_equals_eager)}
+                                     gemm_layouts_and_precision, training_captured_equals_eager,
+                                     dlpack_on_the_gpu)}
 
 if __name__ == "__main__":  # NAME[,NAME...] [DIR]
     for name in sys.argv[1].split(","):
