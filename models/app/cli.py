@@ -83,6 +83,11 @@ def make_parser():
     t.add_argument("--log-gradflow", type=positive_int, default=None, metavar="N",
                    help="every N batches, append that batch's routing statistics and per-iteration gradient norms "
                         "to RUN/gradflow.jsonl")
+    t.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
+                   help="also write TensorBoard event files (default folder RUN/tensorboard; needs tensorboardX: "
+                        "pip install -e '.[tensorboard]'): losses, accuracy, rate and images/s per logging interval, "
+                        "each epoch's metrics and reconstructions, and with --log-gradflow the routing figures and "
+                        "histograms of the couplings and gradients")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over the processes that mpirun started (--batch-size is the global "
                         "batch; rank 0 writes the files)")
@@ -148,6 +153,8 @@ def make_parser():
     p = sub.add_parser("plot", help="loss, accuracy and gradient-flow curves of a training run")
     p.add_argument("run", metavar="RUN", help="a run folder (with metrics.jsonl, and gradflow.jsonl if logged)")
     p.add_argument("--out", default=None, metavar="FILE.png", help=picture_help("RUN/plot.png"))
+    p.add_argument("--tensorboard-out", default=None, metavar="DIR",
+                   help="also export the run's metrics.jsonl and gradflow.jsonl as TensorBoard event files in DIR")
     for command in sub.choices.values():  # --debug before or after the command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="print the traceback of every error")
