@@ -9,9 +9,9 @@ import signal
 
 # OpenBLAS's idle threads spin for about 2^28 cycles after each GEMM, taking the cores that
 # tinygrad-caps's own threads (im2col, col2im, large elementwise ops, Adam) need right then; a
-# short spin made a CapsNet training step 1.1-1.2x faster on 2 cores. OpenBLAS reads this only
-# when it loads, so it is set here, before NumPy is imported (a value you set wins;
-# TINYGRAD_CAPS_MALLOC_TUNING=0 leaves it alone, like the rest of the tuning).
+# short spin gives those cores back. OpenBLAS reads this only when it loads, so it is set here,
+# before NumPy is imported (a value you set wins; TINYGRAD_CAPS_MALLOC_TUNING=0 leaves it alone,
+# like the rest of the tuning).
 SHORT_BLAS_SPIN = {"OPENBLAS_THREAD_TIMEOUT": "4"}
 
 

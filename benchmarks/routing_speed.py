@@ -320,6 +320,7 @@ def raw_kernels(args, bandwidth, repeat):
     primary = cupy.asarray(np.random.default_rng(2).standard_normal((b, i, u.shape[2])), dtype=cupy.float32)
     trained_w = w.copy()  # updated in place by every adam_step replay
     adam_state = [w * 0.1, w * 0.01, cupy.abs(w) * 1e-3]  # its gradient, exp_avg, exp_avg_sq
+    step_count, rate = cupy.zeros(1, dtype=cupy.int32), cupy.full(1, 1e-3, dtype=cupy.float64)  # capturable Adam's
     cases = {
         "capsule_predict": (lambda run: capsule.capsule_predict(u, w, run), u.nbytes + w.nbytes + u_hat.nbytes),
         "capsule_grad (u and W, one pass)": (lambda run: capsule.capsule_grad(u_hat, u, w, run),
@@ -340,6 +341,9 @@ def raw_kernels(args, bandwidth, repeat):
         "softmax_rows_grad (coupling)": (lambda run: activation.softmax_rows_grad(c, c, runner=run), 3 * c.nbytes),
         "adam_step (W, in place)": (lambda run: optim.adam_step(trained_w, *adam_state, None, 1, 1e-3, (0.9, 0.999), 1e-8,
                                                                 runner=run), 7 * w.nbytes),
+        "adam_step_capturable (W, in place)": (
+            lambda run: optim.adam_step_capturable(trained_w, *adam_state, None, step_count, rate, (0.9, 0.999), 1e-8,
+                                                   runner=run), 7 * w.nbytes),
         "im2col (PrimaryCaps)": (lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run), x.nbytes + col.nbytes),
         "im2col, one element per thread (PrimaryCaps)": (
             lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, by_rows=False), x.nbytes + col.nbytes),

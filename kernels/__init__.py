@@ -13,6 +13,7 @@ against NumPy: that checking code is the sub-package ``checking/``.
     activation.cu  squash_rows, softmax_rows and their adjoints over the last axis  (activation.py)
     optim.cu    adam_step (Adam/AdamW/AMSGrad, in place, one launch per parameter) (optim.py)
 
+    gemm.py     matrix products through cuBLAS, called through ctypes (capturable in a CUDA graph)
     launch.py   the launch record, source loading, the CuPy runner, launch-limit checks
     device.py   DeviceError, device names and contexts, array modules (the engine's too)
 """

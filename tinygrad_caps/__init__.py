@@ -27,6 +27,8 @@ from .profiler import profile  # noqa: E402
 from .serialization import load, save
 from .ops.linalg import get_matmul_precision, set_matmul_precision  # noqa: E402
 from . import cuda_graphs  # noqa: E402  (imports CuPy only when a step is captured)
+from .dlpack import from_dlpack  # noqa: E402
+from . import graph  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -46,12 +48,14 @@ __all__ = [
     "detect_anomaly",
     "distributed",
     "enable_grad",
+    "from_dlpack",
     "full",
     "functional",
     "get_default_dtype",
     "get_matmul_precision",
     "gpu_available",
     "grad",
+    "graph",
     "gradcheck",
     "hessian",
     "hvp",

@@ -14,12 +14,10 @@ What it changes, for the whole process (PyTorch and anything else in it included
   libraries.
 - NumPy's per-array ``madvise(MADV_HUGEPAGE)`` request for arrays of 4 MiB and more is turned
   off (unless ``NUMPY_MADVISE_HUGEPAGE`` is set). Where the kernel compacts memory on the spot
-  (THP ``defrag`` = ``madvise``), each large allocation stalls: writing a fresh 74 MB routing
-  gradient took 86 ms with it and 27 ms without on a 2-core machine.
+  (THP ``defrag`` = ``madvise``), each large allocation stalls, and a training step makes fresh
+  routing gradients of tens of MB at every step.
 
-Measured gain (benchmarks/RESULTS.md, "Allocator tuning"): one full CapsNet training step at
-B=100 took 1.47 s of CPU time tuned against 1.88 s with the defaults (1.28x), one thread, on the
-2-core development machine.
+What it gains on a training step is measured in benchmarks/RESULTS.md ("Allocator tuning").
 """
 from __future__ import annotations
 

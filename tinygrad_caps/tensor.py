@@ -103,6 +103,17 @@ class Tensor:
         if requires_grad:
             self.requires_grad_(True)
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export the data through DLPack (``torch.from_dlpack(t)``, ``np.from_dlpack(t)``...): shared
+        memory, the array's own protocol (the arguments are passed on where given)."""
+        kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version), ("dl_device", dl_device),
+                                    ("copy", copy)) if v is not None}
+        return self.data.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        """(device type, device id) as DLPack names them: (1, 0) on the CPU, (2, N) on GPU N."""
+        return self.data.__dlpack_device__()
+
     @classmethod
     def _wrap(cls, array):
         """A leaf-like Tensor around ``array`` with no copy and no checks (the ops' fast path)."""

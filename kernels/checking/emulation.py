@@ -318,12 +318,28 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
             for name, got, expected in zip(("param", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"), on_device[:1] + on_device[2:], want):
                 if expected is not None:
                     compare(f"adam_step ({name})", got, expected, dtype)
+            # the capturable form: the rate and the count (the steps before this one) read on the device
+            on_device = [to_device(a.copy()) for a in state]
+            counts = to_device(np.array([7, hyper["step"] - 1], dtype=np.int32))
+            rate = to_device(np.array([hyper["lr"]]))
+            optim.adam_step_capturable(*on_device[:4], on_device[4] if amsgrad else None, counts[1:], rate,
+                                       hyper["betas"], hyper["eps"], hyper["weight_decay"], decoupled, runner, threads)
+            for name, got, expected in zip(("param", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"), on_device[:1] + on_device[2:], want):
+                if expected is not None:
+                    compare(f"adam_step_capturable ({name})", got, expected, dtype)
+            optim.increment_counts(counts, runner, threads)
+            if to_host(counts).tolist() != [8, hyper["step"]]:
+                failures.append(f"increment_counts ({dtype.__name__}): {to_host(counts).tolist()}")
         for shape, kernel, stride, padding in CONV_CHECK_CASES:
             x = draw(shape, dtype)
             for batch_last in (False, True):
                 for bits in (32, 64):
                     col = conv.im2col(to_device(x), kernel, stride, padding, batch_last, runner, threads, bits)
                     compare(f"im2col ({bits}-bit)", col, reference_im2col(x, kernel, stride, padding, batch_last), dtype)
+                    if bits == 32 and not batch_last:  # the one-element-per-thread kernel beside im2col_rows
+                        compare("im2col (one element per thread)",
+                                conv.im2col(to_device(x), kernel, stride, padding, False, runner, threads, 32,
+                                            by_rows=False), reference_im2col(x, kernel, stride, padding, False), dtype)
                     r = draw(tuple(col.shape), dtype)
                     back = conv.col2im(to_device(r), shape, kernel, stride, padding, batch_last, runner, threads, bits)
                     compare(f"col2im ({bits}-bit)", back, reference_col2im(r, shape, kernel, stride, padding, batch_last),

@@ -52,6 +52,17 @@ def make_parser():
     t.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.npz")
     t.add_argument("--profile", type=positive_int, default=None, metavar="N",
                    help="profile N training batches, print the time per op and exit (writes nothing)")
+<<<<<<< HEAD
+=======
+    t.add_argument("--log-gradflow", type=positive_int, default=None, metavar="N",
+                   help="every N batches, append that batch's routing statistics and per-iteration gradient norms "
+                        "to RUN/gradflow.jsonl")
+    t.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
+                   help="also write TensorBoard event files (default folder RUN/tensorboard; needs tensorboardX: "
+                        "pip install -e '.[tensorboard]'): losses, accuracy, rate and images/s per logging interval, "
+                        "each epoch's metrics and reconstructions, and with --log-gradflow the routing figures and "
+                        "histograms of the couplings and gradients")
+>>>>>>> main
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over the processes that mpirun started (--batch-size is the global "
                         "batch; rank 0 writes the files)")
@@ -105,9 +116,22 @@ def make_parser():
     g.add_argument("--no-progress", action="store_true", help="no progress bar (none is shown unless stderr is a terminal)")
     add_model_options(g, defaults=False)
 
+    d = sub.add_parser("graph", help="draw the graph one training batch records (routing iterations boxed)")
+    d.add_argument("--checkpoint", default=None, help="default: a freshly initialised model (the model options apply)")
+    d.add_argument("--out", required=True, metavar="FILE.svg",
+                   help="the drawing: .svg, .png or .pdf (with Graphviz's dot), or .dot (the text itself)")
+    d.add_argument("--backward", action="store_true",
+                   help="also draw the graph of the gradients (a create_graph=True backward: grad-of-grad)")
+    d.add_argument("--batch-size", type=positive_int, default=1)
+    d.add_argument("--seed", type=seed, default=0, help="the batch, and a fresh model's initialisation")
+    d.add_argument("--device", default="auto")
+    add_model_options(d, defaults=False)
+
     p = sub.add_parser("plot", help="loss, accuracy and gradient-flow curves of a training run")
     p.add_argument("run", metavar="RUN", help="a run folder (with metrics.jsonl, and gradflow.jsonl if logged)")
     p.add_argument("--out", default=None, metavar="FILE.png", help=picture_help("RUN/plot.png"))
+    p.add_argument("--tensorboard-out", default=None, metavar="DIR",
+                   help="also export the run's metrics.jsonl and gradflow.jsonl as TensorBoard event files in DIR")
     for command in sub.choices.values():  # --debug before or after the command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="print the traceback of every error")

@@ -43,8 +43,14 @@ from .gradflow_log import GradflowLog, keep_gradflow_through_step
 from .option_checks import device_or_usage_error
 from .progress import progress_bar as _progress
 from .resources import check_fits
+<<<<<<< HEAD
 from .run_state import (Interrupted, StopSignals, TimeLimitReached, append_metrics_line, crash_point,
                         keep_metrics_through_epoch, remove_stale_temporaries, write_text_atomically)
+=======
+from .tensorboard_log import TensorBoardLog, TensorBoardUnavailable
+from .run_state import (Interrupted, StopSignals, append_metrics_line, crash_point, keep_metrics_through_epoch,
+                        remove_stale_temporaries, write_text_atomically)
+>>>>>>> main
 
 # Scripts import these under the old name tinygrad_caps.models.training.
 from .checkpoints import MODELS, checkpoint_dataset_spec, load_checkpoint_model  # noqa: E402,F401,I001
@@ -119,13 +125,23 @@ def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weig
 
 
 class Trainer:
-    """One training run: the data, the model, the optimizer and schedule, and the run folder."""
+    """One training run: the data, the model, the optimizer and schedule, and the run folder.
+
+    ``cuda_graph`` ("auto", "on", "off"; default ``config["cuda_graph"]``, else "auto"): on a GPU
+    the training step is captured as a CUDA graph after two eager warm-up batches and replayed for
+    every full batch (``tinygrad_caps.cuda_graphs``); "auto" says in one line why not where it
+    cannot, "on" makes that a UsageError, the CPU ignores "auto". A captured run computes exactly
+    what an eager one does.
+    """
 
     shard = (0, 1)        # (rank, world_size); distributed_training.DistributedTrainer sets both
     writes_files = True
     deadline = None       # a time.monotonic() value: at the first batch boundary after it, save and stop
 
-    def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print):
+    def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print,
+                 cuda_graph: str | None = None):
+        if cuda_graph is not None:  # the keyword wins over config["cuda_graph"] (the CLI's --cuda-graph)
+            config = dict(config, cuda_graph=cuda_graph)
         if config["batch_size"] < 1:
             raise UsageError(f"batch size must be positive, got {config['batch_size']}")
         self.out_dir, self.show_progress, self.log = Path(out_dir), show_progress, log
@@ -168,9 +184,13 @@ class Trainer:
         self.device_sums = DeviceSums(device)
         self.flush_every = 1 if device == "cpu" else FLUSH_EVERY
         self.captured_step = None
+<<<<<<< HEAD
         self.mode_cosine = None  # the last logged step's cosines between the routing-gradient modes
         if config.get("log_mode_cosine") and self.shard[1] > 1:
             raise UsageError("--log-mode-cosine needs one process: its extra backward would run on rank 0 alone")
+=======
+        self.tensorboard, self.tensorboard_wanted = None, config.get("tensorboard") is not None
+>>>>>>> main
         every = config.get("log_gradflow")
         self.gradflow_log = GradflowLog(self.out_dir / "gradflow.jsonl", every, fresh=not self.resuming) if every else None
         if self.resuming:
@@ -235,10 +255,52 @@ class Trainer:
             self._train_step(images, tc.backend.asarray_like(y, images.data), traces)
 
     def _flush_sums(self) -> None:
-        """Read the device sums into the epoch's running sums (TrainingDiverged if one is not finite)."""
-        if not self.device_sums.flush(self.state["sums"]):
+        """Read the device sums into the epoch's running sums (TrainingDiverged if one is not finite),
+        and give TensorBoard the interval's means."""
+        sums = self.state["sums"]
+        if not self.device_sums.flush(sums):
             raise TrainingDiverged(f"the training loss became non-finite by epoch {self.state['epoch'] + 1}, batch "
                                    f"{self.state['step']}; {self._last_good()}; try a smaller --lr")
+        start, self.interval_start = self.interval_start, (dict(sums), time.perf_counter())
+        seen = sums["seen"] - start[0]["seen"]
+        log = self._tensorboard_log()
+        if log is not None and seen > 0:
+            elapsed = time.perf_counter() - start[1]
+            log.interval(self._global_step(), {
+                "loss": (sums["loss"] - start[0]["loss"]) / seen,
+                "accuracy": (sums["correct"] - start[0]["correct"]) / seen, "lr": float(self.optimizer.lr),
+                "images_per_second": seen * self.shard[1] / elapsed if elapsed > 0 else None})
+
+    def _tensorboard_log(self):
+        """The run's TensorBoardLog once the run folder exists (``--tensorboard``), else None; a missing
+        tensorboardX is said once, and the run goes on with its JSON-lines logs."""
+        if not self.tensorboard_wanted or not self.writes_files or not self.folder_ready:
+            return None
+        if self.tensorboard is None:
+            folder = self.config.get("tensorboard") or self.out_dir / "tensorboard"
+            try:
+                self.tensorboard = TensorBoardLog(folder, purge_step=self.resumed_step + 1 if self.resuming else None)
+            except TensorBoardUnavailable as exc:
+                self._say(f"tensorboard: not written ({exc}); metrics.jsonl and gradflow.jsonl are")
+                self.tensorboard_wanted = False
+                return None
+        return self.tensorboard
+
+    def _tensorboard_epoch(self, record: dict) -> None:
+        """The epoch's metrics line and, for a CapsNet, 8 test images over their reconstructions."""
+        log = self._tensorboard_log()
+        if log is None:
+            return
+        log.epoch(record)
+        if isinstance(self.model, CapsNet):
+            images = self.spec.test_preprocess(self.test_images[:8]) if self.spec.test_preprocess else \
+                self.test_images[:8].astype(np.float32) / 255.0
+            with tc.no_grad(), tc.backend.on_device(self.model.device):
+                self.model.eval()
+                x = tc.tensor(images, device=self.model.device)
+                outputs = self.model(x)
+            log.reconstructions(record["step"], images, outputs.reconstruction.data)
+        log.flush()
 
     def _load_checkpoint(self) -> dict:
         """``last.npz``, with its whole structure validated (warnings printed to stderr)."""
@@ -340,6 +402,8 @@ class Trainer:
             return self._run()
         finally:
             tc.set_matmul_precision(previous)
+            if self.tensorboard is not None:
+                self.tensorboard.close()
 
     def _run(self) -> list:
         history = []
@@ -375,6 +439,7 @@ class Trainer:
         state, sums = self.state, self.state["sums"]
         self.loader.set_epoch(state["epoch"])
         started = time.perf_counter()
+        self.interval_start = (dict(sums), started)
         bar = _progress(len(self.train_images), f"epoch {state['epoch'] + 1}/{self.config['epochs']}", self.show_progress)
         if bar is not None:
             bar.update(min(len(self.train_images), state["step"] * self.config["batch_size"]))
@@ -388,14 +453,22 @@ class Trainer:
                     crash_point("optimizer-step")
                     sums["seen"] += len(y)
                     state["step"] += 1
-                    flush = state["step"] % self.flush_every == 0
-                    if flush:
-                        self._flush_sums()
                 self.ensure_run_folder()
+                flush = state["step"] % self.flush_every == 0
+                if flush:
+                    with stop.critical():
+                        self._flush_sums()
                 if traces and self.writes_files:
+<<<<<<< HEAD
                     self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
                                             self.model.digit.gradient, traces,
                                             self.mode_cosine if self.config.get("log_mode_cosine") else None)
+=======
+                    record = self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
+                                                     self.model.digit.gradient, traces)
+                    if self._tensorboard_log() is not None:
+                        self.tensorboard.gradflow(record, traces, self.model.named_parameters())
+>>>>>>> main
                 if bar is not None:  # tqdm itself shows images/s
                     bar.update(len(y) * self.shard[1])  # every rank trained on as many images
                     if flush:
@@ -431,7 +504,8 @@ class Trainer:
                   "train_reconstruction_loss": sums["reconstruction_loss"] / sums["seen"],
                   "train_accuracy": sums["correct"] / sums["seen"], "test_loss": test["loss"],
                   "test_margin_loss": test["margin_loss"], "test_reconstruction_loss": test["reconstruction_loss"],
-                  "test_accuracy": test["accuracy"], "lr": self.optimizer.lr, "seconds": state["seconds"]}
+                  "test_accuracy": test["accuracy"], "lr": self.optimizer.lr, "seconds": state["seconds"],
+                  "step": self._global_step()}
         if not all(math.isfinite(v) for v in record.values()):
             raise TrainingDiverged(f"epoch {record['epoch']} ended with non-finite metrics ({record}); "
                                    f"{self._last_good()}; try a smaller --lr")
@@ -449,12 +523,14 @@ class Trainer:
                 self.save(self.last_path.parent / "best.npz")
             self.save(self.last_path)
             crash_point("checkpoint")
+        self._tensorboard_epoch(record)
         self._say(f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} acc {record['train_accuracy']:.4f} | "
                   f"test loss {record['test_loss']:.4f} acc {record['test_accuracy']:.4f} | {record['seconds']:.0f}s")
         return record
 
 
-def train(config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print) -> list:
+def train(config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print,
+          cuda_graph: str | None = None) -> list:
     """Train a CapsNet as ``config`` says (the CLI's options); returns the per-epoch metrics.
 
     ``config["cuda_graph"]`` ("auto" by default, "on", "off") captures the training step as a CUDA
@@ -466,7 +542,7 @@ def train(config: dict, out_dir, resume: bool = False, show_progress: bool = Tru
     """
     # The run's GPU is current while it trains (CuPy allocates on the current GPU) and no longer after.
     with tc.backend.on_device(device_or_usage_error(config.get("device", "auto"))):
-        return Trainer(config, out_dir, resume, show_progress, log).run()
+        return Trainer(config, out_dir, resume, show_progress, log, cuda_graph=cuda_graph).run()
 
 
 def limited(images, labels, limit):

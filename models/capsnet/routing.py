@@ -63,21 +63,22 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
     couplings = []
     record = RoutingTrace(gradient=gradient) if trace else None
     for r in range(iterations):
-        last = r == iterations - 1
-        predictions = u_hat if last else frozen
-        c = routing_coupling(logits, leaky_routing)
-        couplings.append(c)
-        summed = F.identity(predictions) if trace else predictions
-        s = weighted_sum(c, summed, bias)
-        v = squash(s)
-        if trace:
-            _record(record, logits=logits, coupling=c, weighted=s, outputs=v, u_hat_sum=summed)
-        if not last:
-            agreeing = F.identity(predictions) if trace else predictions
-            a = F.routing_agreement(agreeing, v)
+        with tc.graph.scope(f"{tc.graph.ROUTING_SCOPE} {r + 1}"):  # how drawings of the graph group it
+            last = r == iterations - 1
+            predictions = u_hat if last else frozen
+            c = routing_coupling(logits, leaky_routing)
+            couplings.append(c)
+            summed = F.identity(predictions) if trace else predictions
+            s = weighted_sum(c, summed, bias)
+            v = squash(s)
             if trace:
-                _record(record, agreement=a, u_hat_agreement=agreeing)
-            logits = logits + a
+                _record(record, logits=logits, coupling=c, weighted=s, outputs=v, u_hat_sum=summed)
+            if not last:
+                agreeing = F.identity(predictions) if trace else predictions
+                a = F.routing_agreement(agreeing, v)
+                if trace:
+                    _record(record, agreement=a, u_hat_agreement=agreeing)
+                logits = logits + a
     return _routing_result(v, couplings if return_coupling else None, record)
 
 

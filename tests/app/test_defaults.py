@@ -207,3 +207,13 @@ def test_capsule_loss_rejects_a_reconstruction_of_another_size(pixels):
     lengths, labels, _, images = loss_inputs()
     with pytest.raises(ValueError, match="^reconstruction_loss: "):
         capsule_loss(tc.tensor(lengths), tc.tensor(np.zeros((5, pixels))), images, labels)
+
+
+def test_every_train_option_is_documented():
+    """Each option of ``train`` appears in the README's tables or in docs/training.md's."""
+    text = README.read_text() + (ROOT / "docs" / "training.md").read_text()
+    train = next(a for a in make_parser()._subparsers._group_actions if a.dest == "command").choices["train"]
+    for action in train._actions:
+        for flag in action.option_strings:
+            if flag.startswith("--") and flag != "--help":
+                assert f"`{flag}" in text, f"train {flag} is documented neither in README.md nor in docs/training.md"

@@ -31,7 +31,7 @@ EXAMPLES = settings.default.max_examples * FACTOR
 STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
-# --- an independent oracle for IDX datasets (mirrors the README's rules, not the loader's code) ---
+# --- an independent oracle for IDX datasets (mirrors the rules of docs/data.md and docs/reliability.md, not the loader's code) ---
 
 IDX_DTYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
@@ -148,7 +148,7 @@ def _integer(text):
 
 
 def option_is_valid(option, text) -> bool:
-    """The documented range of each option (README, "Bad input")."""
+    """The documented range of each option (docs/reliability.md, "Bad input")."""
     if option in ("--lr", "--lr-decay"):
         value = _number(text)
         return value is not None and math.isfinite(value) and 0 < value <= 1

@@ -1,4 +1,4 @@
-"""Hostile files and values, case by case: each ends as README's "Bad input" says (one line and exit
+"""Hostile files and values, case by case: each ends as docs/reliability.md's "Bad input" says (one line and exit
 status 2 for user errors, a traceback and exit status 1 for bugs), and nothing is created or
 accepted silently. The generated cases are in test_fuzz_cli.py; kills and signals in
 test_crash_consistency.py."""

@@ -56,3 +56,18 @@ def test_a_captured_training_run_equals_the_eager_one_and_resumes_on_the_stand_i
     output = run_standin([str(SUPPORT / "standin_scenarios.py"), "training_captured_equals_eager", str(tmp_path)],
                          devices=1)
     assert output.split()[-1] == "ok"
+
+
+def test_the_trainer_takes_the_mode_as_a_keyword(data_dir, tmp_path):
+    from tinygrad_caps.models.errors import UsageError
+    from tinygrad_caps.models.training import Trainer
+
+    config = dict(dataset="tiny", data_dir=str(data_dir), batch_size=8, epochs=1, lr=1e-3, lr_decay=0.9, seed=0,
+                  augment=None, device="cpu", conv1_channels=3, primary_types=2, primary_dim=3, digit_dim=3,
+                  kernel_size=3)
+    with pytest.raises(UsageError, match="--cuda-graph on"):
+        Trainer(config, tmp_path / "run", cuda_graph="on", show_progress=False, log=lambda *a: None)
+    assert Trainer(config, tmp_path / "run", cuda_graph="off", show_progress=False,
+                   log=lambda *a: None).graph_reason == "--cuda-graph off"
+    with pytest.raises(UsageError, match="--cuda-graph must be one of"):
+        Trainer(config, tmp_path / "run", cuda_graph="sometimes", show_progress=False, log=lambda *a: None)

@@ -94,48 +94,15 @@ def test_a_captured_capsnet_training_equals_the_eager_one_on_the_stand_in():
     assert run_standin([str(SUPPORT / "standin_scenarios.py"), "captured_training_equals_eager"]).split() == ["ok"]
 
 
-def _capsnet_runs(steps, batch=16, captured=True):
-    import cupy
-    from tinygrad_caps.models import CapsNet, capsule_loss
-
-    rng = np.random.default_rng(0)
-    batches = [(rng.random((batch, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, batch)) for _ in range(4)]
-    tc.manual_seed(0)
-    model = CapsNet().to(device="cuda")
-    optimizer = tc.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
-    x, y = tc.zeros((batch, 1, 28, 28), device="cuda"), tc.zeros((batch,), dtype=np.int64, device="cuda")
-    losses = cupy.zeros(steps, dtype=cupy.float64)
-    index = cupy.zeros(1, dtype=cupy.int64)
-
-    def step():
-        _, lengths, reconstruction = model(x, y.data)[:3]
-        loss = capsule_loss(lengths, reconstruction, x, y.data)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses[index] = loss.data
-        index[...] += 1
-
-    runner = CapturedStep(step, [x, y], warmup=2)
-    for k in range(steps):
-        if k == steps // 2:
-            optimizer.lr = 3e-4
-        images, labels = batches[k % len(batches)]
-        if captured:
-            runner(images, labels)
-        else:
-            x.data.set(images)
-            y.data.set(labels)
-            step()
-    runner.synchronize()
-    return losses.get(), {k: tc.backend.to_numpy(v) for k, v in model.state_dict().items()}
-
-
 @pytest.mark.gpu
 def test_a_captured_capsnet_training_equals_the_eager_one_on_the_gpu():
     """Fifty steps of the paper's CapsNet (B=16), captured against eager: losses and weights to 1e-6."""
-    eager_losses, eager_weights = _capsnet_runs(50, captured=False)
-    losses, weights = _capsnet_runs(50)
+    from capsnet_steps import capsnet_training
+
+    rng = np.random.default_rng(0)
+    batches = [(rng.random((16, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 16)) for _ in range(4)]
+    eager_losses, eager_weights, _, _ = capsnet_training(batches, 50, captured=False, lr_change=(25, 3e-4))
+    losses, weights, _, _ = capsnet_training(batches, 50, captured=True, lr_change=(25, 3e-4))
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-6)
     for name, w in eager_weights.items():
         np.testing.assert_allclose(weights[name], w, rtol=1e-6, atol=1e-6 * float(np.abs(w).max()), err_msg=name)

@@ -105,8 +105,17 @@ def test_adam_step_kernel_over_generated_sizes_and_hyperparameters(size, step, a
     hyper = dict(step=step, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay, decoupled=decoupled)
     want = reference_adam(*(a.astype(np.float64) for a in (param, grad, exp_avg, exp_avg_sq)),
                           max_exp_avg_sq.astype(np.float64) if amsgrad else None, **hyper)
+    state = [a.copy() for a in (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq)]
     optim.adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else None, **hyper,
                     runner=emulator(max_blocks), threads=threads)
     for got, expected in zip((param, exp_avg, exp_avg_sq, max_exp_avg_sq), want):
         if expected is not None:
             close(got, expected, dtype)
+    # the capturable form gives the same update, bit for bit, from the rate and count on the device
+    count = np.array([step - 1], dtype=np.int32)
+    optim.adam_step_capturable(*state[:4], state[4] if amsgrad else None, count, np.array([hyper["lr"]]),
+                               hyper["betas"], hyper["eps"], weight_decay, decoupled, emulator(max_blocks), threads)
+    for got, expected in zip((state[0], state[2], state[3], state[4] if amsgrad else None),
+                             (param, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else None)):
+        if expected is not None:
+            np.testing.assert_array_equal(got, expected)

@@ -236,45 +236,19 @@ def captured_training_equals_eager(_):
     1e-6), with capturable Adam whose learning rate changes between replays; the step's GEMMs go
     through kernels.gemm, its capsule ops through the RawKernels, its backward is the tape's."""
     import cupy
+    from capsnet_steps import capsnet_training
     from tinygrad_caps.cuda_graphs import CaptureError, CapturedStep
-    from tinygrad_caps.models import CapsNet, capsule_loss
+    from tinygrad_caps.models import CapsNet
 
     rng = np.random.default_rng(0)
     batches = [(rng.random((4, 1, 10, 10), dtype=np.float32), rng.integers(0, 3, 4)) for _ in range(5)]
 
-    def run(captured, capturable, steps=20):
-        tc.manual_seed(0)
-        model = CapsNet(in_channels=1, image_size=10, num_classes=3, **TINY_MODEL).to(device="cuda")
-        optimizer = tc.optim.Adam(model.parameters(), lr=1e-2, capturable=capturable)
-        x = tc.zeros((4, 1, 10, 10), device="cuda")
-        y = tc.zeros((4,), dtype=np.int64, device="cuda")
-        losses = cupy.zeros(steps, dtype=cupy.float64)
-        index = cupy.zeros(1, dtype=cupy.int64)
-
-        def step():
-            _, lengths, reconstruction = model(x, y.data)[:3]
-            loss = capsule_loss(lengths, reconstruction, x, y.data)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses[index] = loss.data  # recorded on the device: a replay writes its own loss
-            index[...] += 1
-
-        runner = CapturedStep(step, [x, y], warmup=2) if captured else None
-        for k in range(steps):
-            if k == 12:
-                optimizer.lr = 3e-3  # a replay must follow the change
-            images, labels = batches[k % len(batches)]
-            if runner is not None:
-                runner(images, labels)
-            else:
-                x.data[...] = cupy.asarray(images)
-                y.data[...] = cupy.asarray(labels)
-                step()
-        if runner is not None:
-            assert runner.captured and runner.graph.node_count > 50
-            runner.synchronize()
-        return losses.get(), {k: tc.backend.to_numpy(v) for k, v in model.state_dict().items()}, optimizer.state_dict()
+    def run(captured, capturable):
+        losses, weights, state, runner = capsnet_training(batches, 20, captured, capturable, lr=1e-2,
+                                                          lr_change=(12, 3e-3), in_channels=1, image_size=10,
+                                                          num_classes=3, **TINY_MODEL)
+        assert runner is None or (runner.captured and runner.graph.node_count > 50)
+        return losses, weights, state
 
     eager_losses, eager_weights, eager_state = run(False, False)
     for captured, capturable in ((False, True), (True, True)):
@@ -337,6 +311,35 @@ def training_captured_equals_eager(folder):
     print("ok")
 
 
+def dlpack_on_the_gpu(_):
+    """DLPack on stand-in GPU 1: a tensor's memory is shared with CuPy both ways, the device is
+    kept, and a gradient on imported data flows as on any tensor."""
+    import cupy
+
+    t = tc.tensor(np.arange(6.0).reshape(2, 3), device="cuda:1", requires_grad=True)
+    assert t.__dlpack_device__() == (2, 1)
+    shared = cupy.from_dlpack(t)
+    with cupy.cuda.Device(1):
+        shared[0, 0] = 7.0
+    assert t.numpy()[0, 0] == 7.0 and shared.device.id == 1
+    imported = tc.from_dlpack(shared, requires_grad=True)
+    assert imported.device == "cuda:1"
+    (imported * imported).sum().backward()
+    assert imported.grad.numpy().tolist() == [[14.0, 2.0, 4.0], [6.0, 8.0, 10.0]]
+    expect(ValueError, lambda: tc.from_dlpack(_OtherDevice()), "memory of a device type without arrays here")
+    print("ok")
+
+
+class _OtherDevice:
+    """Something that says its memory lives on a Vulkan device (DLPack device type 7)."""
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("never asked for: the device is refused first")
+
+    def __dlpack_device__(self):
+        return (7, 0)
+
+
 def gemm_layouts_and_precision(_):
     """kernels.gemm on every operand layout the engine passes (C-contiguous, transposed views,
     strided slices, batched), against NumPy; "high" rounds float32 operands to TF32."""
@@ -370,7 +373,8 @@ def gemm_layouts_and_precision(_):
 SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, tensor_api_on_the_second_gpu,
                                      train_on_the_second_gpu, nccl_one_rank, nccl_runs_when_waited_for,
                                      capture_follows_cuda_rules, captured_training_equals_eager,
-                                     gemm_layouts_and_precision, training_captured_equals_eager)}
+                                     gemm_layouts_and_precision, training_captured_equals_eager,
+                                     dlpack_on_the_gpu)}
 
 if __name__ == "__main__":  # NAME[,NAME...] [DIR]
     for name in sys.argv[1].split(","):

@@ -58,6 +58,7 @@ class Function:
     released = False
     sequence = 0  # the order in which recorded nodes were created (backward runs later ones first)
     site = None   # where user code created it, under detect_anomaly
+    scope = None  # the graph.scope label it was recorded under (routing iterations, in drawings)
     _hooks = None
 
     @property
@@ -104,6 +105,8 @@ class Function:
 
     def _record(self, inputs, arrays, needs, out, y):
         self.sequence = next(_sequence_numbers)
+        if _state.scope is not None:
+            self.scope = _state.scope
         self.needs_grad = needs
         # where backward runs: the GPU holding the output (CuPy computes on the current GPU)
         self.output_device = y.device if type(y) is not np.ndarray and is_cupy_array(y) else None

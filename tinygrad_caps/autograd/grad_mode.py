@@ -18,6 +18,7 @@ class _ThreadState(threading.local):
     observers = ()            # the observers registered in this thread (observers.py), in order
     observer = None           # what an op tells of its forward: None (the fast path), or them all
     backward_observer = None  # the same for an op that a node's backward runs
+    scope = None              # the label recorded nodes take (tinygrad_caps.graph.scope), for drawings
 
     def __init__(self):
         self.previous_grad_modes = []

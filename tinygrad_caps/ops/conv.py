@@ -131,7 +131,8 @@ def _col2im_batch_last(col, image_shape, kernel, stride, padding):
     x = q (mod sw) only receive patch entries of kernel offsets i = p (mod sh), j = q (mod sw),
     and inside one phase those land on a dense (oh, ow) block of it. So each addition runs over
     contiguous rows of ow * n values instead of n. Returning the (C, H, W, N) sum as a view, not an
-    NCHW copy, keeps the layout for the elementwise ops after it (PrimaryCaps at B=32: 29 -> 14 ms).
+    NCHW copy, keeps the layout for the elementwise ops after it (they keep their input's layout),
+    so no transposing copy is made.
     """
     n, c, h, w = image_shape
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding

@@ -5,7 +5,9 @@ from pathlib import Path
 
 from ...analysis.plots import plot_metrics
 from ...errors import UsageError
+from ..option_checks import check_out_folder
 from ..output_paths import check_picture_path
+from ..tensorboard_log import TensorBoardUnavailable, export_run
 from ..run_logs import read_gradflow, read_metrics
 
 
@@ -32,7 +34,24 @@ def plot_run(run_dir, out=None) -> Path:
     return out
 
 
+def export_tensorboard(run_dir, folder) -> Path:
+    """Write a run's metrics.jsonl and gradflow.jsonl (each line checked) as TensorBoard event files
+    in ``folder``; returns the folder. UsageError without tensorboardX."""
+    run_dir = Path(run_dir)
+    metrics = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    gradflow = read_gradflow(run_dir / "gradflow.jsonl") if (run_dir / "gradflow.jsonl").exists() else []
+    try:
+        export_run(metrics, gradflow, folder)
+    except TensorBoardUnavailable as exc:
+        raise UsageError(f"--tensorboard-out: {exc}") from None
+    return Path(folder)
+
+
 def run(args) -> int:
     """Run the command for parsed ``args``; returns the exit status."""
+    if args.tensorboard_out is not None:
+        check_out_folder(Path(args.tensorboard_out), resume=True)
     print(f"written: {plot_run(args.run, args.out)}")
+    if args.tensorboard_out is not None:
+        print(f"written: {export_tensorboard(args.run, args.tensorboard_out)} (TensorBoard)")
     return 0

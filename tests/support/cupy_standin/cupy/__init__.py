@@ -375,6 +375,13 @@ class ndarray(NDArrayOperatorsMixin):
     def __reduce__(self):
         return _rebuild, (self.get(), self._device)
 
+    # ----- DLPack: NumPy's export of the data, told as device memory of this stand-in GPU -----
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self._a.__dlpack__(**({"max_version": max_version} if max_version is not None else {}))
+
+    def __dlpack_device__(self):
+        return (2, self._device)  # kDLCUDA
+
     # ----- indexing -----
     def __getitem__(self, key):
         basic = _is_basic_key(key)
@@ -495,6 +502,27 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
     if isinstance(a, ndarray):
         return a.get(order=order, out=out)
     return numpy.asarray(a, order=order)
+
+
+class _AsHostMemory:
+    """What the stand-in hands NumPy's importer: the producer's export, told as host memory."""
+
+    def __init__(self, producer):
+        self._producer = producer
+
+    def __dlpack__(self, **kwargs):
+        return self._producer.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def from_dlpack(obj):
+    """CuPy's importer: shares the memory of ``obj`` when it is device memory (kDLCUDA) of a stand-in GPU."""
+    device_type, device_id = obj.__dlpack_device__()
+    if device_type != 2:
+        raise BufferError(f"from_dlpack: CuPy imports CUDA memory, got device type {device_type}")
+    return ndarray._from_numpy(numpy.from_dlpack(_AsHostMemory(obj)), int(device_id))
 
 
 def get_array_module(*args):

@@ -1,0 +1,103 @@
+"""A training run's figures for TensorBoard (``train --tensorboard [DIR]``, ``plot --tensorboard-out DIR``).
+
+Written with tensorboardX (the ``tensorboard`` extra: ``pip install -e ".[tensorboard]"``); without
+it, training says so in one line and writes its JSON-lines logs as always. Tags:
+
+    train/loss, train/accuracy, train/lr, train/images_per_second   per logging interval (each batch
+                                                                    on the CPU, every 50 on a GPU)
+    epoch/<metric>                                                   each line of metrics.jsonl, at
+                                                                     the step that ended its epoch
+    gradflow/<layer>/iteration_<r>/<statistic>                       each line of gradflow.jsonl
+    coupling/<layer>/iteration_<r>                                   histograms of the couplings
+    gradient/<parameter>                                             histograms of the gradients
+    reconstructions                                                  test images over their
+                                                                     reconstructions, at each epoch's end
+
+Steps are global training steps (1-based, as in gradflow.jsonl and in metrics.jsonl's "step"; a log
+written before metrics lines had it is exported at its epochs). A resumed run hides the events a
+checkpoint did not keep (TensorBoard's purge step), as metrics.jsonl drops them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class TensorBoardUnavailable(ImportError):
+    """tensorboardX is not installed."""
+
+
+class TensorBoardLog:
+    """One run's event files in ``folder``; ``purge_step``: the first step a resumed run writes again."""
+
+    def __init__(self, folder, purge_step: int | None = None):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as exc:
+            raise TensorBoardUnavailable("TensorBoard logs need tensorboardX: pip install -e \".[tensorboard]\"") from exc
+        self.folder = folder
+        self.writer = SummaryWriter(str(folder), purge_step=purge_step)
+
+    def interval(self, step: int, values: dict) -> None:
+        """``train/<name>`` scalars at global ``step`` (the finite ones)."""
+        for name, value in values.items():
+            if value is not None and math.isfinite(value):
+                self.writer.add_scalar(f"train/{name}", value, step)
+
+    def epoch(self, record: dict) -> None:
+        """``epoch/<metric>`` for every number of one metrics.jsonl line, at the step that ended it."""
+        step = record.get("step", record["epoch"])
+        for name, value in record.items():
+            if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.writer.add_scalar(f"epoch/{name}", value, step)
+
+    def gradflow(self, record: dict, traces=(), parameters=()) -> None:
+        """One gradflow.jsonl line as scalars, and (when given) the histograms of its step's couplings
+        per layer and iteration (``traces``) and of the gradients (``parameters``: (name, Tensor))."""
+        step = record["step"]
+        for layer in record["layers"]:
+            for stats in layer["iterations"]:
+                for name, value in stats.items():
+                    if name != "iteration" and isinstance(value, (int, float)) and math.isfinite(value):
+                        self.writer.add_scalar(f"gradflow/{layer['name']}/iteration_{stats['iteration']}/{name}",
+                                               value, step)
+        for trace in traces:
+            for r, coupling in enumerate(trace.coupling):
+                self.writer.add_histogram(f"coupling/{trace.name or 'digit'}/iteration_{r}", _host(coupling.data), step)
+        for name, parameter in parameters:
+            if parameter.grad is not None:
+                self.writer.add_histogram(f"gradient/{name}", _host(parameter.grad.data), step)
+
+    def reconstructions(self, step: int, images, reconstructions) -> None:
+        """Images (N, C, H, W) in [0, 1] above their reconstructions, as one picture at ``step``."""
+        images, reconstructions = _host(images), _host(reconstructions).reshape(images.shape)
+        top, bottom = np.concatenate(list(images), axis=-1), np.concatenate(list(reconstructions), axis=-1)
+        grid = np.clip(np.concatenate([top, bottom], axis=-2), 0.0, 1.0)
+        if grid.shape[0] not in (1, 3):
+            grid = grid[:1]  # smallNORB's stereo pair: its first camera
+        self.writer.add_image("reconstructions", grid, step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def export_run(metrics: list, gradflow: list, folder) -> int:
+    """Write a finished run's logs (metrics.jsonl and gradflow.jsonl lines, already validated) as
+    TensorBoard events in ``folder``; returns how many lines were written."""
+    log = TensorBoardLog(folder)
+    try:
+        for record in metrics:
+            log.epoch(record)
+        for record in gradflow:
+            log.gradflow(record)
+    finally:
+        log.close()
+    return len(metrics) + len(gradflow)
+
+
+def _host(array) -> np.ndarray:
+    return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else np.asarray(array)

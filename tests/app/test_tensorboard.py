@@ -1,0 +1,94 @@
+"""``train --tensorboard`` and ``plot --tensorboard-out``: the event files, read back with
+TensorBoard's own EventAccumulator, hold the tags, steps and values of metrics.jsonl and
+gradflow.jsonl; a resumed run does not repeat steps; without tensorboardX a run says so in one
+line and writes its JSON-lines logs as always."""
+import json
+import sys
+
+import pytest
+
+from tinygrad_caps.models import cli
+
+from helpers import write_striped_dataset
+
+pytest.importorskip("tensorboardX")
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+
+TINY = ["--conv1-channels", "3", "--primary-types", "2", "--primary-dim", "3", "--digit-dim", "3", "--kernel-size",
+        "3", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    write_striped_dataset(tmp_path / "data" / "tiny", (24, 8))
+    return tmp_path / "data"
+
+
+def train(data_dir, out, *extra):
+    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), *TINY, *extra])
+
+
+def events(folder):
+    accumulator = event_accumulator.EventAccumulator(str(folder), size_guidance={"scalars": 0, "histograms": 0,
+                                                                                 "images": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_training_writes_what_the_logs_hold(data_dir, tmp_path):
+    out = tmp_path / "run"
+    assert train(data_dir, out, "--epochs", "2", "--log-gradflow", "2", "--tensorboard") == 0
+    read = events(out / "tensorboard")
+    metrics, gradflow = lines(out / "metrics.jsonl"), lines(out / "gradflow.jsonl")
+    for key in ("train_loss", "test_accuracy", "lr", "epoch"):
+        scalars = read.Scalars(f"epoch/{key}")
+        assert [e.step for e in scalars] == [m["step"] for m in metrics] == [3, 6]  # 3 batches an epoch
+        assert [e.value for e in scalars] == pytest.approx([m[key] for m in metrics], rel=1e-6)
+    assert [e.step for e in read.Scalars("train/loss")] == list(range(1, 7))  # each batch on the CPU
+    steps = [record["step"] for record in gradflow]
+    for iteration in range(3):
+        tag = f"gradflow/digit/iteration_{iteration}/coupling_entropy"
+        assert [e.step for e in read.Scalars(tag)] == steps
+        assert [e.value for e in read.Scalars(tag)] == pytest.approx(
+            [r["layers"][0]["iterations"][iteration]["coupling_entropy"] for r in gradflow], rel=1e-6)
+    tags = read.Tags()
+    assert {"coupling/digit/iteration_0", "gradient/digit.weight"} <= set(tags["histograms"])
+    assert [e.step for e in read.Images("reconstructions")] == [3, 6]
+
+
+def test_a_resumed_run_does_not_repeat_steps(data_dir, tmp_path):
+    out = tmp_path / "run"
+    assert train(data_dir, out, "--epochs", "1", "--tensorboard") == 0
+    assert cli.main(["train", "--resume", "--out", str(out), "--epochs", "2", "--no-progress"]) == 0
+    read = events(out / "tensorboard")
+    assert [e.step for e in read.Scalars("epoch/test_loss")] == [3, 6]
+    assert [e.step for e in read.Scalars("train/loss")] == list(range(1, 7))
+
+
+def test_plot_exports_a_finished_run(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(data_dir, out, "--epochs", "2", "--log-gradflow", "3") == 0
+    assert not (out / "tensorboard").exists()
+    capsys.readouterr()
+    assert cli.main(["plot", str(out), "--tensorboard-out", str(tmp_path / "tb")]) == 0
+    assert "(TensorBoard)" in capsys.readouterr().out
+    read = events(tmp_path / "tb")
+    assert [e.value for e in read.Scalars("epoch/train_accuracy")] == pytest.approx(
+        [m["train_accuracy"] for m in lines(out / "metrics.jsonl")], rel=1e-6)
+    assert [e.step for e in read.Scalars("gradflow/digit/iteration_2/grad_norm_sum")] == [
+        r["step"] for r in lines(out / "gradflow.jsonl")]
+
+
+def test_without_tensorboardx_training_says_so_once_and_goes_on(data_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # an import of it fails, as when it is not installed
+    out = tmp_path / "run"
+    assert train(data_dir, out, "--epochs", "1", "--tensorboard") == 0
+    printed = capsys.readouterr().out
+    assert printed.count("tensorboard: not written") == 1 and "tensorboardX" in printed
+    assert lines(out / "metrics.jsonl") and not (out / "tensorboard").exists()
+    assert cli.main(["plot", str(out), "--tensorboard-out", str(tmp_path / "tb")]) == 2
+    assert "tensorboardX" in capsys.readouterr().err

@@ -1,0 +1,66 @@
+"""Zero-copy exchange with any library that speaks DLPack (PyTorch, JAX, CuPy, NumPy).
+
+    t = tc.from_dlpack(torch_tensor)        # shares torch_tensor's memory (CPU or the same GPU)
+    x = torch.from_dlpack(t)                # shares t's memory; t.__dlpack__ is what torch calls
+
+The data is shared, never copied, where the two sides live on the same device: a write on either
+side is seen on the other. Strides and dtypes are kept (a transposed PyTorch tensor arrives as a
+transposed view). What DLPack cannot express is refused or copied as the protocol says: a
+producer that cannot export (a read-only NumPy array under DLPack 0.x) raises its BufferError, and
+``copy=True`` asks for a copy instead. A tensor made from another library's memory is a leaf;
+``requires_grad=True`` makes it one that gradients reach (the other library does not see them).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .tensor import Tensor, leaf
+
+# DLPack's DLDeviceType codes (dlpack.h)
+CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
+DEVICE_NAMES = {CPU: "cpu", CUDA: "cuda", CUDA_HOST: "cuda_host", CUDA_MANAGED: "cuda_managed"}
+
+
+def from_dlpack(obj, requires_grad: bool = False, copy: bool | None = None) -> Tensor:
+    """A Tensor over the memory of ``obj`` (anything with ``__dlpack__`` and ``__dlpack_device__``).
+
+    Args:
+        obj: a NumPy or CuPy array, a PyTorch tensor, a JAX array, a tinygrad_caps Tensor, ...
+        requires_grad: make the result a leaf that gradients reach.
+        copy: None shares the memory; True copies it (for a producer that cannot share, or to
+            detach from the other library).
+    Returns:
+        A Tensor on "cpu" (device type CPU, or CUDA host memory) or "cuda:N" (device type CUDA)
+        with the producer's dtype, shape and strides. Raises TypeError for an object that speaks
+        no DLPack, ValueError for a device type tinygrad_caps has no arrays for.
+    """
+    if isinstance(obj, Tensor):
+        obj = obj.data
+    if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
+        raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ and __dlpack_device__ "
+                        "(a raw DLPack capsule is not accepted: pass the array or tensor that made it)")
+    device_type, device_id = (int(v) for v in obj.__dlpack_device__())
+    if device_type in (CPU, CUDA_HOST):
+        array = _numpy_from_dlpack(obj, copy)
+    elif device_type == CUDA:
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            array = cupy.from_dlpack(obj)
+            if copy:
+                array = array.copy()
+    else:
+        name = DEVICE_NAMES.get(device_type, f"device type {device_type}")
+        raise ValueError(f"from_dlpack: the data lives on {name} (id {device_id}); tinygrad_caps holds CPU and "
+                         "CUDA arrays")
+    return leaf(array, requires_grad=requires_grad)
+
+
+def _numpy_from_dlpack(obj, copy):
+    if copy is None:
+        return np.from_dlpack(obj)
+    try:
+        return np.from_dlpack(obj, copy=copy)
+    except TypeError:  # a producer that predates DLPack 1.0's copy argument
+        array = np.from_dlpack(obj)
+        return array.copy() if copy else array

@@ -1,0 +1,211 @@
+"""Drawing the tape: the graph of Functions an output depends on, as Graphviz DOT text.
+
+    dot = tc.graph.to_dot(loss, params=model)           # text, pure Python
+    tc.graph.draw(loss, "graph.svg", params=model)       # .svg/.png/.pdf through Graphviz's dot
+
+Nodes are the ops (boxes, their Function's name), the leaves that gradients reach (ellipses: a
+parameter by its module path, e.g. ``digit.weight``, with shape and dtype) and the outputs
+(double octagons). Edges follow the tape: one from each input of an op that needs a gradient (its
+creator, or the leaf itself) to the op, labelled with the tensor's shape and dtype, and one from
+the op that made each output to it. Ops recorded inside ``with tc.graph.scope(label):`` share a
+label; ``cluster_routing`` draws the labels "routing iteration N" as boxes of their own (the
+capsule routing marks each iteration so). ``show_backward`` draws the graph of the gradients too,
+as a ``create_graph=True`` backward builds it (grad-of-grad), its ops in a cluster "backward".
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from .autograd.function import Function
+from .autograd.grad_mode import _state
+from .tensor import Tensor
+
+FORMATS = (".svg", ".png", ".pdf")
+ROUTING_SCOPE = "routing iteration"
+
+
+@contextlib.contextmanager
+def scope(label: str):
+    """Ops recorded inside take ``label`` (this thread; scopes nest, the innermost wins)."""
+    previous, _state.scope = _state.scope, str(label)
+    try:
+        yield
+    finally:
+        _state.scope = previous
+
+
+def to_dot(outputs, params=None, show_shapes: bool = True, show_backward: bool = False,
+           cluster_routing: bool = True) -> str:
+    """Graphviz DOT text of the graph behind ``outputs`` (see the module docstring).
+
+    Args:
+        outputs: a Tensor or a list of Tensors (recorded: they require grad).
+        params: a Module (its ``named_parameters``) or a {name: Tensor} dict naming leaves.
+        show_shapes: label edges and leaves with shape and dtype.
+        show_backward: also draw the graph of the gradients of ``outputs`` (summed) with respect to
+            every leaf, built with ``create_graph=True`` (the outputs' graph is kept).
+        cluster_routing: draw ops in "routing iteration N" scopes inside one box per iteration.
+    Returns:
+        The DOT text.
+    """
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    for t in outputs:
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise ValueError("graph.to_dot: every output must be a Tensor that requires grad (made with recording on)")
+    names = _leaf_names(params)
+    graph = _Graph(names, show_shapes)
+    forward_nodes = graph.add_outputs(outputs, "output")
+    if show_backward:
+        from .autograd.engine import grad
+
+        leaves = [leaf for leaf in graph.leaves.values()]
+        seeds = [o for o in outputs]
+        total = seeds[0].sum() if len(seeds) == 1 else sum(o.sum() for o in seeds)
+        gradients = grad(total, leaves, create_graph=True, retain_graph=True, allow_unused=True)
+        graph.backward = {id(fn) for fn in graph.walk([g for g in gradients if g is not None and g.requires_grad])}
+        graph.backward -= forward_nodes
+        graph.add_outputs([g for g in gradients if g is not None and g.requires_grad],
+                          [f"d/d {graph.leaf_label(leaf)}" for leaf, g in zip(leaves, gradients)
+                           if g is not None and g.requires_grad])
+    return graph.render(cluster_routing)
+
+
+def draw(outputs, path, params=None, **options) -> Path:
+    """Write the drawing of ``to_dot(outputs, params, **options)`` to ``path`` (.svg, .png or .pdf)
+    with Graphviz: the ``graphviz`` Python package if installed, else the ``dot`` program. Returns
+    the path. A missing Graphviz is a RuntimeError saying how to install it."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise ValueError(f"graph.draw: {path.name} must end in {', '.join(FORMATS)}")
+    text = to_dot(outputs, params, **options)
+    dot = dot_program()
+    if dot is None:
+        raise RuntimeError("drawing a graph needs Graphviz's dot program: apt-get install graphviz (or brew "
+                           "install graphviz); tinygrad_caps.graph.to_dot gives the DOT text without it")
+    result = subprocess.run([dot, f"-T{path.suffix.lower()[1:]}", "-o", str(path)], input=text, text=True,
+                            capture_output=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"dot failed on the graph: {result.stderr.strip().splitlines()[-1:]}")
+    return path
+
+
+def dot_program() -> str | None:
+    """The path of Graphviz's ``dot``, or None where it is not installed."""
+    return shutil.which("dot")
+
+
+def tape_counts(outputs) -> dict:
+    """{"ops", "leaves", "edges"} of the tape behind ``outputs``: what ``to_dot`` draws (edges: one per
+    input of an op that needs a gradient, plus one per output)."""
+    graph = _Graph({}, False)
+    graph.add_outputs([outputs] if isinstance(outputs, Tensor) else list(outputs), "output")
+    return {"ops": len(graph.ops), "leaves": len(graph.leaves), "edges": len(graph.edges)}
+
+
+def _leaf_names(params) -> dict:
+    if params is None:
+        return {}
+    items = params.named_parameters() if hasattr(params, "named_parameters") else params.items()
+    return {id(t): name for name, t in items}
+
+
+class _Graph:
+    def __init__(self, names, show_shapes):
+        self.names, self.show_shapes = names, show_shapes
+        self.ops, self.leaves, self.edges, self.outputs = {}, {}, [], []
+        self.backward = set()
+
+    def walk(self, tensors):
+        """Every Function reachable from ``tensors``, each once (an explicit stack: any depth)."""
+        found, stack = [], [t.creator for t in tensors if t.creator is not None]
+        seen = set()
+        while stack:
+            fn = stack.pop()
+            if id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            if fn.released:
+                raise ValueError(f"graph.to_dot: the graph was freed by a backward (op {fn.name}); draw it first, "
+                                 "or pass retain_graph=True to that backward")
+            found.append(fn)
+            stack.extend(edge for edge in fn.next if isinstance(edge, Function))
+        return found
+
+    def add_outputs(self, tensors, labels) -> set:
+        """Add the graph behind ``tensors``; returns the ids of its ops."""
+        labels = [labels] * len(tensors) if isinstance(labels, str) else labels
+        added = set()
+        for fn in self.walk(tensors):
+            added.add(id(fn))
+            if id(fn) in self.ops:
+                continue
+            self.ops[id(fn)] = fn
+            for x, need, edge in zip(fn.inputs, fn.needs_grad, fn.next):
+                if not need or edge is None:
+                    continue
+                if not isinstance(edge, Function):
+                    self.leaves[id(edge)] = edge
+                self.edges.append((_node_id(edge), f"f{id(fn)}", self._tensor_text(x)))
+        for k, (t, label) in enumerate(zip(tensors, labels)):
+            node = f"o{len(self.outputs)}"
+            self.outputs.append((node, f"{label}\n{self._tensor_text(t)}" if self.show_shapes else label))
+            source = _node_id(t.creator) if t.creator is not None else _node_id(t)
+            if t.creator is None:
+                self.leaves[id(t)] = t
+            self.edges.append((source, node, ""))
+        return added
+
+    def leaf_label(self, t) -> str:
+        return self.names.get(id(t), f"leaf {tuple(t.shape)}")
+
+    def _tensor_text(self, x) -> str:
+        return f"{tuple(x.shape)} {x.dtype}" if self.show_shapes else ""
+
+    def render(self, cluster_routing: bool) -> str:
+        lines = ["digraph tape {", '  rankdir=BT; node [fontname="Helvetica", fontsize=10]; '
+                 'edge [fontname="Helvetica", fontsize=8];']
+        for t in self.leaves.values():
+            label = self.leaf_label(t) + (f"\\n{_escape(self._tensor_text(t))}" if self.show_shapes else "")
+            lines.append(f'  {_node_id(t)} [shape=ellipse, style=filled, fillcolor="#dbe9f6", label="{_escape_keep(label)}"];')
+        clusters = {}
+        for fn in self.ops.values():
+            style = ' style=filled, fillcolor="#fde2c8",' if id(fn) in self.backward else ""
+            line = f'  f{id(fn)} [shape=box,{style} label="{_escape(fn.name)}"];'
+            if id(fn) in self.backward:
+                clusters.setdefault("backward", []).append(line)
+            elif cluster_routing and fn.scope and fn.scope.startswith(ROUTING_SCOPE):
+                clusters.setdefault(fn.scope, []).append(line)
+            else:
+                lines.append(line)
+        for k, (label, members) in enumerate(sorted(clusters.items(), key=lambda item: _scope_order(item[0]))):
+            lines.append(f'  subgraph cluster_{k} {{ label="{_escape(label)}"; style=rounded; color="#888888";')
+            lines.extend("  " + member for member in members)
+            lines.append("  }")
+        for node, label in self.outputs:
+            lines.append(f'  {node} [shape=doubleoctagon, label="{_escape(label)}"];')
+        for source, target, label in self.edges:
+            lines.append(f'  {source} -> {target}' + (f' [label="{_escape(label)}"];' if label else ";"))
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def _node_id(node) -> str:
+    return f"f{id(node)}" if isinstance(node, Function) else f"t{id(node)}"
+
+
+def _scope_order(label: str):
+    """Clusters in iteration order ("routing iteration 2" before "routing iteration 10"), backward last."""
+    number = label.rsplit(" ", 1)[-1]
+    return (label == "backward", label.rstrip("0123456789"), int(number) if number.isdigit() else 0)
+
+
+def _escape(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_keep(text: str) -> str:
+    """Escape quotes only (the label already holds DOT's \\n line breaks)."""
+    return str(text).replace('"', '\\"')
