@@ -52,17 +52,11 @@ def make_parser():
     t.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.npz")
     t.add_argument("--profile", type=positive_int, default=None, metavar="N",
                    help="profile N training batches, print the time per op and exit (writes nothing)")
-<<<<<<< HEAD
-=======
-    t.add_argument("--log-gradflow", type=positive_int, default=None, metavar="N",
-                   help="every N batches, append that batch's routing statistics and per-iteration gradient norms "
-                        "to RUN/gradflow.jsonl")
     t.add_argument("--tensorboard", nargs="?", const="", default=None, metavar="DIR",
                    help="also write TensorBoard event files (default folder RUN/tensorboard; needs tensorboardX: "
                         "pip install -e '.[tensorboard]'): losses, accuracy, rate and images/s per logging interval, "
                         "each epoch's metrics and reconstructions, and with --log-gradflow the routing figures and "
                         "histograms of the couplings and gradients")
->>>>>>> main
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over the processes that mpirun started (--batch-size is the global "
                         "batch; rank 0 writes the files)")
@@ -106,7 +100,8 @@ def make_parser():
     g.add_argument("--data-dir", default=None)
     g.add_argument("--batch-size", type=positive_int, default=32)
     g.add_argument("--batches", type=positive_int, default=4, help="training batches; the figures are their means")
-    g.add_argument("--modes", default="full,detach", help="routing-gradient modes to compare, comma-separated")
+    g.add_argument("--modes", default=None, help="routing-gradient modes to compare, comma-separated (default: "
+                                                 "full,detach, or full alone where the routing is not iterative)")
     g.add_argument("--hessian-iterations", type=int, default=0,
                    help="power iterations for the top Hessian eigenvalue of the loss in digit.weight (0: none)")
     g.add_argument("--device", default="auto")

@@ -6,13 +6,8 @@ not give is taken from the run's ``config.json`` (the options it was started wit
 given with another value is refused in one line naming it and both values, except the options in
 ``MAY_CHANGE_ON_RESUME``, which change where and how long the run goes on, not what it computes:
 ``--epochs`` (extend or shorten the run), ``--device``, ``--data-dir`` (the same data, elsewhere),
-<<<<<<< HEAD
-``--log-gradflow``, ``--log-mode-cosine`` and ``--cuda-graph`` (a captured step computes exactly
-what the eager one does).
-=======
-``--log-gradflow``, ``--tensorboard`` and ``--cuda-graph`` (a captured step computes exactly what
-the eager one does).
->>>>>>> main
+``--log-gradflow``, ``--log-mode-cosine``, ``--tensorboard`` and ``--cuda-graph`` (a captured step
+computes exactly what the eager one does).
 Their new values are written to ``config.json``, and the change is printed.
 ``--distributed`` and ``--sync-batchnorm`` describe the launch and are taken from the command line.
 
@@ -27,11 +22,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 
-<<<<<<< HEAD
-MAY_CHANGE_ON_RESUME = ("epochs", "device", "data_dir", "log_gradflow", "log_mode_cosine", "cuda_graph")
-=======
-MAY_CHANGE_ON_RESUME = ("epochs", "device", "data_dir", "log_gradflow", "cuda_graph", "tensorboard")
->>>>>>> main
+MAY_CHANGE_ON_RESUME = ("epochs", "device", "data_dir", "log_gradflow", "log_mode_cosine", "cuda_graph",
+                        "tensorboard")
 LAUNCH_OPTIONS = ("distributed", "sync_batchnorm")
 NOT_RUN_OPTIONS = ("command", "out", "resume", "no_progress", "profile", "debug", "explicit", "command_line")
 # The CapsNet's options (the model options) and the training options that only a CapsNet uses.

@@ -33,7 +33,7 @@ from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
 from ..capsnet.baseline_cnn import BaselineCNN
 from ..capsnet.config import MODEL_OPTIONS
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
-from ..analysis.gradflow import mode_gradient_cosines
+from ..analysis.gradflow import mode_gradient_cosines, supported_modes
 from ..capsnet.model import CapsNet
 from ..errors import TrainingDiverged, UsageError
 from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
@@ -43,14 +43,9 @@ from .gradflow_log import GradflowLog, keep_gradflow_through_step
 from .option_checks import device_or_usage_error
 from .progress import progress_bar as _progress
 from .resources import check_fits
-<<<<<<< HEAD
 from .run_state import (Interrupted, StopSignals, TimeLimitReached, append_metrics_line, crash_point,
                         keep_metrics_through_epoch, remove_stale_temporaries, write_text_atomically)
-=======
 from .tensorboard_log import TensorBoardLog, TensorBoardUnavailable
-from .run_state import (Interrupted, StopSignals, append_metrics_line, crash_point, keep_metrics_through_epoch,
-                        remove_stale_temporaries, write_text_atomically)
->>>>>>> main
 
 # Scripts import these under the old name tinygrad_caps.models.training.
 from .checkpoints import MODELS, checkpoint_dataset_spec, load_checkpoint_model  # noqa: E402,F401,I001
@@ -184,13 +179,13 @@ class Trainer:
         self.device_sums = DeviceSums(device)
         self.flush_every = 1 if device == "cpu" else FLUSH_EVERY
         self.captured_step = None
-<<<<<<< HEAD
         self.mode_cosine = None  # the last logged step's cosines between the routing-gradient modes
         if config.get("log_mode_cosine") and self.shard[1] > 1:
             raise UsageError("--log-mode-cosine needs one process: its extra backward would run on rank 0 alone")
-=======
+        if config.get("log_mode_cosine") and isinstance(self.model, CapsNet) and len(supported_modes(self.model)) < 2:
+            raise UsageError(f"--log-mode-cosine: routing {self.model.config.routing!r} is not iterative; it has "
+                             "one gradient mode, so there is no other mode to compare with")
         self.tensorboard, self.tensorboard_wanted = None, config.get("tensorboard") is not None
->>>>>>> main
         every = config.get("log_gradflow")
         self.gradflow_log = GradflowLog(self.out_dir / "gradflow.jsonl", every, fresh=not self.resuming) if every else None
         if self.resuming:
@@ -459,16 +454,11 @@ class Trainer:
                     with stop.critical():
                         self._flush_sums()
                 if traces and self.writes_files:
-<<<<<<< HEAD
-                    self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
-                                            self.model.digit.gradient, traces,
-                                            self.mode_cosine if self.config.get("log_mode_cosine") else None)
-=======
                     record = self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
-                                                     self.model.digit.gradient, traces)
+                                                     self.model.digit.gradient, traces,
+                                                     self.mode_cosine if self.config.get("log_mode_cosine") else None)
                     if self._tensorboard_log() is not None:
                         self.tensorboard.gradflow(record, traces, self.model.named_parameters())
->>>>>>> main
                 if bar is not None:  # tqdm itself shows images/s
                     bar.update(len(y) * self.shard[1])  # every rank trained on as many images
                     if flush:
