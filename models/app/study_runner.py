@@ -133,13 +133,12 @@ def run_config(plan: dict, config: dict, seed: int) -> dict:
 
 
 def run_status(run_dir: Path, epochs: int) -> str:
-    """"finished" (its checkpoint has trained ``epochs`` epochs), "started" (a checkpoint to resume)
-    or "new"."""
+    """"finished" (its checkpoint has committed ``epochs`` epochs or more: a run taken further by an
+    earlier, longer plan is finished for a shorter one), "started" (a checkpoint to resume) or "new"."""
     last = run_dir / "checkpoints" / "last.npz"
     if not last.exists():
         return "new"
-    progress = tc.load(last)["progress"]
-    return "finished" if progress["epoch"] >= epochs and progress["step"] == 0 else "started"
+    return "finished" if tc.load(last)["progress"]["epoch"] >= epochs else "started"
 
 
 def write_plan(out: Path, plan: dict) -> None:

@@ -181,6 +181,13 @@ def test_resume_adds_seeds_and_epochs_and_refuses_a_changed_option(tmp_path, dat
     summary = read_json(out / "summary.json")
     assert all(row["n"] == 2 and row["seeds"] == [0, 1] for row in summary["rows"])
     assert all(len(read_lines(out / "runs" / "paper-full" / f"seed-{s}" / "metrics.jsonl")) == 2 for s in (0, 1))
+    assert cli.main(["study", "run", "conventions", "--out", str(out), "--resume", "--epochs", "1", "--no-progress"]) == 0
+    shorter = read_json(out / "summary.json")  # runs taken further count as finished; the first epoch is reported
+    first = read_lines(out / "runs" / "paper-full" / "seed-1" / "metrics.jsonl")[0]
+    assert shorter["epochs"] == 1 and shorter["complete"] and shorter["rows"][0]["values"][1] == first["test_accuracy"]
+    before = snapshot(out)
+    assert cli.main(["study", "run", "conventions", "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert snapshot(out) == before
     assert cli.main(["study", "run", "conventions", "--out", str(out), "--resume", "--batch-size", "4"]) == 2
     assert "--batch-size 4 differs from the run's 8" in capsys.readouterr().err
     assert cli.main(["study", "run", "depth", "--out", str(out), "--resume"]) == 2
