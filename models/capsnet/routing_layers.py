@@ -252,6 +252,23 @@ def routing_names(builtin: bool = False) -> tuple:
     return BUILTIN_ROUTINGS if builtin else tuple(_ROUTINGS)
 
 
+def routing_refusal(name: str, gradient: str = "full", bias: bool = False, leaky_routing: bool = False):
+    """Why a layer of routing ``name`` would refuse these options (one line), or None; read from the
+    factory's class attributes where it is a ``RoutingLayer`` subclass (any other factory says so
+    itself when called)."""
+    factory = _ROUTINGS.get(name)
+    if not (isinstance(factory, type) and issubclass(factory, RoutingLayer)) or factory is CapsuleLayer:
+        return None
+    modes = factory.gradient_modes if factory.iterative or factory.gradient_modes is not GRADIENT_MODES else ("full",)
+    if gradient not in modes:
+        return f"routing {name!r} is not iterative: it has no {gradient!r} gradient mode (only {', '.join(modes)})"
+    if bias and not factory.has_bias:
+        return f"routing {name!r} takes no capsule bias (--capsule-bias, --conventions official)"
+    if leaky_routing and not factory.has_leaky_routing:
+        return f"routing {name!r} takes no leaky routing (--leaky-routing)"
+    return None
+
+
 def routing_layer(name: str, in_caps, in_dim, out_caps, out_dim, **options):
     """A routing layer of the registered routing ``name`` (options as ``register_routing`` lists them)."""
     if name not in _ROUTINGS:
