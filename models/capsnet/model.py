@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
-import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
