@@ -9,12 +9,14 @@ from . import _moved
 from .analysis.gradflow import gradient_flow_report
 from .analysis.routing_statistics import routing_statistics
 from .capsnet import (BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, CapsNetOutput, CapsuleLayer,
-                      DeconvDecoder, DigitCaps, FCDecoder, PrimaryCaps, RoutingTrace, capsule_loss, dynamic_routing,
-                      make_decoder, margin_loss, reconstruction_loss, uniform_routing)
+                      DeconvDecoder, DigitCaps, FCDecoder, PrimaryCaps, Routed, RoutingLayer, RoutingTrace, capsule_loss,
+                      dynamic_routing, em_routing, make_decoder, margin_loss, reconstruction_loss, register_routing,
+                      routing_names, self_attention_routing, self_routing, uniform_routing, unregister_routing)
 
 _moved.install(__name__)
 
 __all__ = ["BaselineCNN", "BaselineCNNConfig", "CapsNet", "CapsNetConfig", "CapsNetOutput", "CapsuleLayer",
-           "DeconvDecoder", "DigitCaps", "FCDecoder", "PrimaryCaps", "RoutingTrace", "capsule_loss", "dynamic_routing",
-           "gradient_flow_report", "make_decoder", "margin_loss", "reconstruction_loss", "routing_statistics",
-           "uniform_routing"]
+           "DeconvDecoder", "DigitCaps", "FCDecoder", "PrimaryCaps", "Routed", "RoutingLayer", "RoutingTrace",
+           "capsule_loss", "dynamic_routing", "em_routing", "gradient_flow_report", "make_decoder", "margin_loss",
+           "reconstruction_loss", "register_routing", "routing_names", "routing_statistics", "self_attention_routing",
+           "self_routing", "uniform_routing", "unregister_routing"]

@@ -39,10 +39,27 @@ def _temporarily(objects, attribute: str, value):
             setattr(o, attribute, before)
 
 
+def supported_modes(model) -> tuple:
+    """The routing-gradient modes that every routing layer of ``model`` takes (a layer's
+    ``gradient_modes``; "full" alone for the algorithms that are not iterative)."""
+    layers = [layer for _, layer in routing_layers(model)]
+    return tuple(mode for mode in GRADIENT_MODES
+                 if all(mode in getattr(layer, "gradient_modes", GRADIENT_MODES) for layer in layers))
+
+
+def check_mode(model, mode: str, who: str = "gradient_flow_report") -> None:
+    """ValueError in one line unless every routing layer of ``model`` takes gradient mode ``mode``."""
+    if mode not in GRADIENT_MODES:
+        raise ValueError(f"{who}: mode must be one of {GRADIENT_MODES}, got {mode!r}")
+    for _, layer in routing_layers(model):
+        if mode not in getattr(layer, "gradient_modes", GRADIENT_MODES):
+            raise ValueError(f"{who}: routing {getattr(layer, 'routing', '?')!r} is not iterative: it has no {mode!r} "
+                             f"gradient mode (its modes: {', '.join(layer.gradient_modes)})")
+
+
 def routing_gradient(model, mode: str):
     """Run every routing layer of ``model`` in gradient mode ``mode``; the previous modes come back after."""
-    if mode not in GRADIENT_MODES:
-        raise ValueError(f"gradient_flow_report: mode must be one of {GRADIENT_MODES}, got {mode!r}")
+    check_mode(model, mode)
     return _temporarily((layer for _, layer in routing_layers(model)), "gradient", mode)
 
 
@@ -118,7 +135,7 @@ def hessian_top_eigenvalue(model, x, labels, iterations: int, reconstruction_wei
     return eigenvalue
 
 
-def gradient_flow_report(model, images, labels, modes=("full", "detach"), hessian_iterations=0,
+def gradient_flow_report(model, images, labels, modes=None, hessian_iterations=0,
                          reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT) -> dict:
     """Measure the gradient flow of one batch in each routing-gradient mode, on the same weights.
 
@@ -126,7 +143,8 @@ def gradient_flow_report(model, images, labels, modes=("full", "detach"), hessia
         model: a CapsNet (its routing layers' gradient modes are switched and restored; its
             parameters' ``.grad`` are left as they were).
         images: (B, C, H, W) model inputs (floats, already preprocessed). labels: (B,) integers.
-        modes: gradient modes to measure, e.g. ("full", "detach").
+        modes: gradient modes to measure, e.g. ("full", "detach"); None: every mode the model's
+            routing layers take (``supported_modes``: "full" alone where a routing is not iterative).
         hessian_iterations: > 0 adds the top Hessian eigenvalue in digit.weight per mode.
         reconstruction_weight: the reconstruction term's weight in the loss.
     Returns:
@@ -137,12 +155,11 @@ def gradient_flow_report(model, images, labels, modes=("full", "detach"), hessia
         {name: norm}, "hessian_top_eigenvalue": float or None}}, "mode_cosine": {name: cosine of the
         gradients in the first two modes (None where one is zero)}}.
     """
-    modes = tuple(modes)
+    modes = supported_modes(model) if modes is None else tuple(modes)
     if not modes:
         raise ValueError("gradient_flow_report: give at least one mode")
     for mode in modes:
-        if mode not in GRADIENT_MODES:
-            raise ValueError(f"gradient_flow_report: mode must be one of {GRADIENT_MODES}, got {mode!r}")
+        check_mode(model, mode)
     if hessian_iterations < 0:
         raise ValueError(f"gradient_flow_report: hessian_iterations must be >= 0, got {hessian_iterations}")
     x = images if isinstance(images, tc.Tensor) else tc.tensor(np.asarray(images), device=model.device)
@@ -200,7 +217,10 @@ def mode_gradient_cosines(model, x, labels, reconstruction_weight=DEFAULT_RECONS
     were. None where either gradient is zero.
     """
     own_mode = routing_layers(model)[-1][1].gradient
-    other = next(mode for mode in GRADIENT_MODES if mode != own_mode)
+    others = [mode for mode in supported_modes(model) if mode != own_mode]
+    if not others:
+        raise ValueError(f"mode_gradient_cosines: routing {model.config.routing!r} has one gradient mode ({own_mode})")
+    other = others[0]
     own = {name: np.zeros(p.shape) if p.grad is None else to_numpy(p.grad.data).astype(np.float64)
            for name, p in model.named_parameters()}
     with _kept_parameter_grads(model), routing_gradient(model, other):

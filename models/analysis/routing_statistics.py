@@ -163,8 +163,8 @@ def routing_statistics(trace) -> dict:
         "coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine", and
         "grad_norm_sum" / "grad_norm_agreement", the Frobenius norms of ``u_hat_sum[r].grad`` /
         ``u_hat_agreement[r].grad`` (0.0 where that use of u_hat is detached; None where no gradient
-        was retained or tracked (``trace.track_grad_norms()``), and for the agreement of the last
-        iteration, which does not exist).
+        was retained or tracked (``trace.track_grad_norms()``), and where the trace has no agreement
+        path for r: the last iteration of dynamic and EM routing).
     """
     iterations = len(trace.coupling)
     if len(trace.outputs) != iterations:
@@ -184,12 +184,12 @@ def routing_statistics(trace) -> dict:
             key = _array_key(u)
             if key not in lengths:
                 lengths[key] = prediction_lengths(u)
-            known = trace.agreement[r] if r < len(trace.agreement) else None
+            known = trace.agreement[r] if r < len(trace.agreement) and getattr(trace, "dot_agreement", True) else None
             cosine = agreement_cosine(u, trace.outputs[r], known, lengths[key])
         stats["agreement_cosine"].append(cosine)
         tracked = getattr(trace, "grad_norms", {})
         stats["grad_norm_sum"].append(_grad_norm(trace.u_hat_sum[r], tracked.get(("u_hat_sum", r))) if has_u_hat else None)
-        agreement_path = r < iterations - 1 and r < len(trace.u_hat_agreement)
+        agreement_path = r < len(trace.u_hat_agreement)  # dynamic routing: r < R-1; one-step algorithms: r = 0
         stats["grad_norm_agreement"].append(
             _grad_norm(trace.u_hat_agreement[r], tracked.get(("u_hat_agreement", r))) if agreement_path else None)
     return stats

@@ -14,6 +14,8 @@ from tinygrad_caps.data.registry import OPTION_GEOMETRY
 from ..capsnet.baseline_cnn import BaselineCNN
 from ..capsnet.config import MODEL_CONFIGS
 from ..capsnet.model import CapsNet
+from ..capsnet.routing_layers import routing_refusal
+from ..errors import UsageError
 from .checkpoint_schema import validate_config, validate_model_state
 from .option_checks import device_or_usage_error
 from .resources import check_fits
@@ -39,6 +41,11 @@ def build_model(config: dict):
     """The model ``config["model"]`` names ("capsnet", the default, or "cnn", the paper's BaselineCNN)
     with the image geometry (in_channels, image_size, num_classes) and model options in ``config``."""
     settings = model_config(config)
+    if settings.MODEL == "capsnet":
+        refusal = routing_refusal(settings.routing, settings.routing_gradient,
+                                  settings.capsule_bias or settings.conventions == "official", settings.leaky_routing)
+        if refusal:
+            raise UsageError(refusal)
     return MODEL_CLASSES[settings.MODEL].from_config(settings)
 
 

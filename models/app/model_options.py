@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..capsnet.config import BaselineCNNConfig, CapsNetConfig, checked_value
+from ..capsnet.config import BaselineCNNConfig, CapsNetConfig, checked_value, choices_of
 from .option_checks import integer, number
 from .run_options import option_flag
 
@@ -56,7 +56,7 @@ def _add_options(parser, config_class, defaults: bool) -> None:
         if meta["kind"] == "bool":
             parser.add_argument(*flags, dest=key, action="store_true", default=default, help=meta["help"])
         elif meta["kind"] == "choice":
-            parser.add_argument(*flags, dest=key, choices=meta["choices"], default=default, help=meta["help"])
+            parser.add_argument(*flags, dest=key, choices=choices_of(meta), default=default, help=meta["help"])
         else:
             parser.add_argument(*flags, dest=key, type=_argument_type(field), default=default,
                                 metavar=METAVARS.get(meta["kind"]), help=meta["help"])
@@ -82,7 +82,7 @@ def _values_text(field: dataclasses.Field) -> str:
     if kind == "float":
         return f"[{meta['low']:g}, {meta['high']:g})"
     if kind == "choice":
-        return ", ".join(f"`{choice}`" for choice in meta["choices"])
+        return ", ".join(f"`{choice}`" for choice in meta.get("listed") or choices_of(meta))
     if kind == "bool":
         return "a switch"
     if kind == "ints":

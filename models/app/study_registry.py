@@ -178,3 +178,21 @@ register_study(
     {f"{conventions}-{gradient}": {"conventions": conventions, "routing_gradient": gradient}
      for conventions in ("paper", "official") for gradient in ("full", "detach")},
     varies="the paper's equations vs the official code's conventions, with the full and the detached routing gradient")
+
+# Every registered routing algorithm on the same model, data and seeds: the iterative ones in both
+# gradient modes, the one-step ones in "full" (they have no "detach").
+ROUTING_ALGORITHMS = {"dynamic-full": {"routing": "dynamic", "routing_gradient": "full"},
+                      "dynamic-detach": {"routing": "dynamic", "routing_gradient": "detach"},
+                      "uniform": {"routing": "uniform"},
+                      "em-full": {"routing": "em", "routing_gradient": "full"},
+                      "em-detach": {"routing": "em", "routing_gradient": "detach"},
+                      "self-attention": {"routing": "self-attention"},
+                      "self-routing": {"routing": "self-routing"}}
+
+register_study(
+    "routing-algorithms", ROUTING_ALGORITHMS,
+    varies="dynamic, uniform, EM, self-attention and self-routing; full vs detach where the routing is iterative",
+    options={"log_gradflow": 50},
+    figures=("inner_share", "t_score", "digit_d_score", "lowest_grad_norm"),
+    description="Each routing's class scores are its own (capsule lengths, or EM's and self-routing's output "
+                "activations); the squash is the model's for every routing (Mazzia et al.'s is --squash efficient).")

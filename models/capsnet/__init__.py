@@ -7,10 +7,13 @@ from .decoders import DECODERS, DeconvDecoder, FCDecoder, make_decoder
 from .losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss, margin_loss, reconstruction_loss
 from .model import LENGTH_EPS, CapsNet, CapsNetOutput, CapsuleLayer, DigitCaps, PrimaryCaps, feature_map_sizes
 from .routing import GRADIENT_MODES, ROUTING_KINDS, dynamic_routing, uniform_routing
+from .routing_algorithms import em_routing, self_attention_routing, self_routing
+from .routing_layers import Routed, RoutingLayer, register_routing, routing_names, unregister_routing
 from .trace import RoutingTrace
 
 __all__ = ["BaselineCNN", "BaselineCNNConfig", "CONVENTIONS", "CapsNet", "CapsNetConfig", "CapsNetOutput",
            "CapsuleLayer", "DECODERS", "DEFAULT_RECONSTRUCTION_WEIGHT", "DeconvDecoder", "DigitCaps", "FCDecoder",
            "GRADIENT_MODES", "LENGTH_EPS", "MODEL_CONFIGS", "MODEL_OPTIONS", "PrimaryCaps", "ROUTING_KINDS",
-           "RoutingTrace", "capsule_loss", "dynamic_routing", "feature_map_sizes", "make_decoder", "margin_loss",
-           "parse_hidden_capsules", "reconstruction_loss", "uniform_routing"]
+           "Routed", "RoutingLayer", "RoutingTrace", "capsule_loss", "dynamic_routing", "em_routing", "feature_map_sizes", "make_decoder", "margin_loss",
+           "parse_hidden_capsules", "reconstruction_loss", "register_routing", "routing_names", "self_attention_routing",
+           "self_routing", "uniform_routing", "unregister_routing"]

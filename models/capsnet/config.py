@@ -22,7 +22,8 @@ import numpy as np
 
 from .decoders import DECODERS
 from .initialization import CAPSULE_INITS
-from .routing import GRADIENT_MODES, ROUTING_KINDS
+from .routing import GRADIENT_MODES
+from .routing_layers import routing_names
 from .squash import DEFAULT_SQUASH_EPS, SQUASHES
 
 CONVENTIONS = ("paper", "official")
@@ -67,9 +68,17 @@ def number(default: float, help: str, low: float, high: float, key=None):
     return _option(default, "float", help, key=key, low=low, high=high)
 
 
-def choice(default: str, choices: tuple, help: str):
-    """One of ``choices``."""
-    return _option(default, "choice", help, choices=tuple(choices))
+def choice(default: str, choices, help: str, listed: tuple | None = None):
+    """One of ``choices``: a tuple, or a function returning the names allowed now (a registry's);
+    ``listed`` the names the README's table shows (default: the choices)."""
+    return _option(default, "choice", help, choices=choices if callable(choices) else tuple(choices),
+                   listed=listed)
+
+
+def choices_of(meta) -> tuple:
+    """The values a choice option allows now (a registry's choices are read at each call)."""
+    choices = meta["choices"]
+    return tuple(choices()) if callable(choices) else choices
 
 
 def flag(default: bool, help: str):
@@ -129,8 +138,9 @@ def checked_value(field: dataclasses.Field, value):
             raise ValueError(f"must be true or false, got {_shown(value)}")
         return bool(value)
     if kind == "choice":
-        if not isinstance(value, str) or value not in meta["choices"]:
-            raise ValueError(f"must be one of {', '.join(meta['choices'])}, got {_shown(value)}")
+        choices = choices_of(meta)
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {_shown(value)}")
         return value
     if kind == "ints":
         if isinstance(value, str) or not hasattr(value, "__len__") or len(value) != meta["length"]:
@@ -264,16 +274,23 @@ class CapsNetConfig(ModelConfig):
     hidden_capsules: tuple = capsule_layers("fully connected capsule layers between PrimaryCaps and DigitCaps")
     capsule_bias: bool = flag(False, "a learned bias per output capsule of every routing layer, added before "
                                      "the squash")
-    routing: str = choice("dynamic", ROUTING_KINDS, "dynamic routing (Procedure 1) or uniform coupling c = 1/J")
+    routing: str = choice("dynamic", routing_names,
+                          "the routing algorithm of every routing layer: dynamic routing (Procedure 1), uniform "
+                          "coupling c = 1/J, EM routing, self-attention routing, self-routing, or one registered "
+                          "with register_routing", listed=routing_names(builtin=True))
     conventions: str = choice("paper", CONVENTIONS,
                               "the paper's equations or the official code's biases, initialization and margin "
                               "scaling")
     leaky_routing: bool = flag(False, "an extra zero logit in the routing softmax (\"none of the above\")")
     squash: str = choice("sabour", tuple(SQUASHES),
                          "the capsule nonlinearity of every capsule layer: Sabour et al.'s (cubic near 0, zero "
-                         "slope there) or Peer et al.'s code's (linear near 0)")
+                         "slope there), Peer et al.'s code's (linear near 0) or Mazzia et al.'s (efficient)")
     squash_eps: float = number(DEFAULT_SQUASH_EPS, "the squash's epsilon (Peer et al.'s capsnet-limitations uses "
                                                    "1e-8, gamma-capsule-network 1e-12)", low=1e-30, high=1.0)
+    em_inverse_temperature: float = number(
+        1e-3, "EM routing's inverse temperature lambda (--routing em): its cost sums over the input capsules and "
+              "pose values, so lambda = 1 saturates the activations (a = 1, no gradient) at the start",
+        low=1e-9, high=1e3)
     capsule_init: str = choice("default", tuple(CAPSULE_INITS),
                                "the routing layers' initial weights and biases: the model's own, or Peer et al.'s "
                                "code's (weights N(0, 0.2), biases 0.1)")

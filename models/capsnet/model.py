@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
-import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
@@ -15,10 +14,10 @@ from .config import CapsNetConfig, keyword_signature
 from .decoders import make_decoder
 from .image_batch import image_batch
 from .initialization import CAPSULE_INITS
-from .routing import ROUTING_KINDS, dynamic_routing, uniform_routing
+from .routing_layers import LENGTH_EPS, CapsuleLayer, DigitCaps, EMRoutingLayer, capsule_lengths, routing_layer
 from .squash import squash_function
 
-LENGTH_EPS = 1e-8
+__all__ = ["LENGTH_EPS", "CapsNet", "CapsNetOutput", "CapsuleLayer", "DigitCaps", "PrimaryCaps", "feature_map_sizes"]
 
 
 class _OutputFields(NamedTuple):
@@ -94,43 +93,6 @@ class PrimaryCaps(nn.Module):
         return self.squash(F.reshape(y, (batch, self.types * h * w, self.dim)))
 
 
-class CapsuleLayer(nn.Module):
-    """A fully connected capsule layer: u_hat = W u for every (input, output) capsule pair, then routing.
-
-    Parameters: weight (I, J, D, K) and, with ``bias``, bias (J, D) added to the weighted sum
-    before the squash in every routing iteration (zero at initialization; see ``CapsNet``).
-    ``routing`` is "dynamic" (Procedure 1, ``iterations`` and ``gradient`` apply) or "uniform"
-    (c = 1/J, one weighted sum); ``leaky_routing`` adds the "none of the above" logit; ``squash``
-    is the nonlinearity (a function over the last axis, ``squash.squash_function``; default Sabour et al.'s).
-    """
-
-    def __init__(self, in_caps, in_dim, out_caps, out_dim, iterations=3, gradient="full", routing="dynamic",
-                 bias=False, leaky_routing=False, squash=None):
-        super().__init__()
-        if routing not in ROUTING_KINDS:
-            raise ValueError(f"{type(self).__name__}: routing must be one of {ROUTING_KINDS}, got {routing!r}")
-        self.iterations, self.gradient, self.routing, self.leaky_routing = iterations, gradient, routing, leaky_routing
-        self.squash = squash
-        dtype = tc.get_default_dtype()
-        self.weight = nn.Parameter(np.zeros((in_caps, out_caps, out_dim, in_dim), dtype=dtype), device="cpu")
-        nn.init.normal_(self.weight, 0.0, 0.01)
-        self.bias = nn.Parameter(np.zeros((out_caps, out_dim), dtype=dtype), device="cpu") if bias else None
-
-    def forward(self, u, return_coupling=False, return_trace=False):
-        """u (B, I, K) -> v (B, J, D); with ``return_coupling`` (v, [c per iteration]), with
-        ``return_trace`` (v, RoutingTrace), with both (v, [c, ...], RoutingTrace)."""
-        u_hat = F.capsule_predict(u, self.weight)
-        if self.routing == "uniform":
-            return uniform_routing(u_hat, self.bias, return_coupling, leaky_routing=self.leaky_routing,
-                                   trace=return_trace, squash=self.squash)
-        return dynamic_routing(u_hat, self.iterations, self.gradient, return_coupling, trace=return_trace,
-                               leaky_routing=self.leaky_routing, bias=self.bias, squash=self.squash)
-
-
-class DigitCaps(CapsuleLayer):
-    """The top capsule layer, one capsule per class: a ``CapsuleLayer`` with weight (I, J, D, K)."""
-
-
 def feature_map_sizes(image_size: int, kernel_size: int) -> tuple[int, int]:
     """(conv1's output side, PrimaryCaps' output side): a valid convolution, then one with stride 2.
     Either is below 1 when the image is too small for the two."""
@@ -153,7 +115,12 @@ class CapsNet(nn.Module):
         capsule_bias: a learned bias per output capsule of every routing layer (``hidden.k.bias``
             (count, dim), ``digit.bias`` (num_classes, digit_dim)), zero at initialization, added
             before the squash in every iteration (Peer et al. 2019).
-        routing: "dynamic" (Procedure 1) or "uniform" (c = 1/J, no iterations).
+        routing: a registered routing (``routing_layers.routing_names()``): "dynamic" (Procedure 1),
+            "uniform" (c = 1/J, no iterations), "em" (EM routing), "self-attention", "self-routing",
+            or one of your own (``register_routing``); ``em_inverse_temperature`` is EM routing's lambda.
+            EM routing and self-routing give output
+            activations: DigitCaps' are the class scores (``lengths``), and each layer above one of
+            theirs takes them as its input activations.
         conventions: "paper" (the paper's equations) or "official" (the authors' TensorFlow code,
             Sarasra/models research/capsules): every routing layer gets a bias initialized to 0.1
             (the same parameter ``capsule_bias`` adds), PrimaryCaps scales its convolution by its
@@ -174,7 +141,7 @@ class CapsNet(nn.Module):
         self.config = CapsNetConfig.resolved(config, **overrides)
         (in_channels, image_size, num_classes, routing_iterations, routing_gradient, decoder, conv1_channels,
          primary_types, primary_dim, digit_dim, kernel_size, hidden_capsules, capsule_bias, routing, conventions,
-         leaky_routing, squash, squash_eps, capsule_init) = (getattr(self.config, f.name)
+         leaky_routing, squash, squash_eps, em_inverse_temperature, capsule_init) = (getattr(self.config, f.name)
                                                              for f in dataclasses.fields(CapsNetConfig))
         conv1_size, primary_size = feature_map_sizes(image_size, kernel_size)
         if conv1_size < 1 or primary_size < 1:
@@ -188,17 +155,23 @@ class CapsNet(nn.Module):
         nonlinearity = squash_function(squash, squash_eps)
         self.primary = PrimaryCaps(conv1_channels, primary_types, primary_dim, kernel_size, stride=2,
                                    coupling=primary_coupling, squash=nonlinearity)
-        layer_options = dict(iterations=routing_iterations, gradient=routing_gradient, routing=routing,
-                             bias=capsule_bias or official, leaky_routing=leaky_routing, squash=nonlinearity)
+        layer_options = dict(iterations=routing_iterations, gradient=routing_gradient, bias=capsule_bias or official,
+                             leaky_routing=leaky_routing, squash=nonlinearity)
         in_caps, in_dim = self.num_primary, primary_dim
-        self.hidden = nn.Sequential(*[CapsuleLayer(in_caps if k == 0 else hidden_capsules[k - 1][0],
-                                                   in_dim if k == 0 else hidden_capsules[k - 1][1],
-                                                   count, dim, **layer_options)
+        self.hidden = nn.Sequential(*[routing_layer(routing, in_caps if k == 0 else hidden_capsules[k - 1][0],
+                                                    in_dim if k == 0 else hidden_capsules[k - 1][1],
+                                                    count, dim, **layer_options)
                                       for k, (count, dim) in enumerate(hidden_capsules)])
         if hidden_capsules:
             in_caps, in_dim = hidden_capsules[-1]
-        self.digit = DigitCaps(in_caps, in_dim, num_classes, digit_dim, **layer_options)
+        if routing in ("dynamic", "uniform"):
+            self.digit = DigitCaps(in_caps, in_dim, num_classes, digit_dim, routing=routing, **layer_options)
+        else:
+            self.digit = routing_layer(routing, in_caps, in_dim, num_classes, digit_dim, **layer_options)
         self.decoder = make_decoder(decoder, num_classes * digit_dim, in_channels, image_size)
+        for _, layer in self.routing_layers():
+            if isinstance(layer, EMRoutingLayer):
+                layer.inverse_temperature = em_inverse_temperature
         if official:
             self._official_initialization()
         CAPSULE_INITS[capsule_init](self.routing_layers())
@@ -237,7 +210,8 @@ class CapsNet(nn.Module):
         Args:
             x: (B, C, H, W) images. y: (B,) integer labels, or None.
         Returns:
-            v (B, num_classes, digit_dim), lengths (B, num_classes) = sqrt(|v|^2 + 1e-8), and the
+            v (B, num_classes, digit_dim), lengths (B, num_classes), the class scores: sqrt(|v|^2 + 1e-8),
+            or DigitCaps' output activations where its routing has them (EM routing, self-routing); and the
             reconstruction (B, C*H*W) from v masked by ``y`` when given, else by the longest capsule.
             With ``return_coupling``, also DigitCaps' routing coefficients of every iteration; with
             ``return_trace``, also a list of RoutingTrace, one per routing layer, bottom to top
@@ -246,22 +220,16 @@ class CapsNet(nn.Module):
         """
         x = image_batch(x, self.config, self.digit.weight.dtype, "CapsNet")
         u = self.primary(F.relu(self.conv1(x)))
-        traces, couplings = [], None
+        activations, traces = None, []
         for name, layer in self.routing_layers():
-            wants_coupling = return_coupling and name == "digit"
-            routed = layer(u, return_coupling=wants_coupling, return_trace=return_trace)
-            if not (wants_coupling or return_trace):
-                u = routed
-                continue
-            u, rest = routed[0], list(routed[1:])
-            if wants_coupling:
-                couplings = rest.pop(0)
-            if return_trace:
-                trace = rest.pop(0)
-                trace.name = name
-                traces.append(trace)
+            routed = layer.route(u, activations, trace=return_trace or (return_coupling and name == "digit"))
+            u, activations = routed.poses, routed.activations
+            if routed.trace is not None and return_trace:
+                routed.trace.name = name
+                traces.append(routed.trace)
+        couplings = list(routed.trace.coupling) if return_coupling else None
         v = u
-        lengths = F.sqrt(F.sum(v * v, axis=-1) + LENGTH_EPS)
+        lengths = capsule_lengths(v) if activations is None else activations
         if y is None:
             chosen = lengths.xp.argmax(lengths.data, axis=1)
         else:

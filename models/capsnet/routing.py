@@ -23,7 +23,7 @@ from .squash import DEFAULT_SQUASH_EPS, sabour_squash
 from .trace import RoutingTrace
 
 GRADIENT_MODES = ("full", "detach")
-ROUTING_KINDS = ("dynamic", "uniform")
+ROUTING_KINDS = ("dynamic", "uniform")  # the two algorithms of this module; every routing: routing_layers.routing_names()
 
 
 def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_coupling: bool = False,
@@ -61,7 +61,7 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
     frozen = u_hat.detach() if gradient == "detach" else u_hat
     logits = tc.zeros((batch, inputs, outputs), dtype=u_hat.dtype, device=u_hat.device)  # b = 0, per example
     couplings = []
-    record = RoutingTrace(gradient=gradient) if trace else None
+    record = RoutingTrace(gradient=gradient, routing="dynamic") if trace else None
     for r in range(iterations):
         with tc.graph.scope(f"{tc.graph.ROUTING_SCOPE} {r + 1}"):  # how drawings of the graph group it
             last = r == iterations - 1
@@ -72,12 +72,12 @@ def dynamic_routing(u_hat, iterations: int = 3, gradient: str = "full", return_c
             s = weighted_sum(c, summed, bias)
             v = squash(s)
             if trace:
-                _record(record, logits=logits, coupling=c, weighted=s, outputs=v, u_hat_sum=summed)
+                record.record(logits=logits, coupling=c, weighted=s, outputs=v, u_hat_sum=summed)
             if not last:
                 agreeing = F.identity(predictions) if trace else predictions
                 a = F.routing_agreement(agreeing, v)
                 if trace:
-                    _record(record, agreement=a, u_hat_agreement=agreeing)
+                    record.record(agreement=a, u_hat_agreement=agreeing)
                 logits = logits + a
     return _routing_result(v, couplings if return_coupling else None, record)
 
@@ -86,11 +86,6 @@ def _is_default_squash(squash) -> bool:
     """Whether ``squash`` is the fused kernel's: Sabour et al.'s with eps 1e-8 (None means it)."""
     return squash is None or squash is sabour_squash or (
         getattr(squash, "name", None) == "sabour" and getattr(squash, "eps", None) == DEFAULT_SQUASH_EPS)
-
-
-def _record(trace, **tensors):
-    for attribute, t in tensors.items():
-        getattr(trace, attribute).append(t)
 
 
 def _routing_result(v, couplings, trace):
@@ -148,7 +143,7 @@ def uniform_routing(u_hat, bias=None, return_coupling: bool = False, leaky_routi
     v = (squash or sabour_squash)(s)
     record = None
     if trace:
-        record = RoutingTrace(gradient="full")
+        record = RoutingTrace(gradient="full", routing="uniform")
         logits = tc.zeros((batch, inputs, outputs), dtype=u_hat.dtype, device=u_hat.device)
-        _record(record, logits=logits, coupling=c, weighted=s, outputs=v, u_hat_sum=summed)
+        record.record(logits=logits, coupling=c, weighted=s, outputs=v, u_hat_sum=summed)
     return _routing_result(v, [c] if return_coupling else None, record)

@@ -4,6 +4,13 @@ The two uses of u_hat in an iteration (the weighted sum, and the agreement that 
 logits) enter through identity nodes of their own, so ``trace.retain_grad()`` and one backward
 measure the gradient that reaches u_hat through each iteration and each path separately; in the
 "full" gradient mode they sum to the gradient of u_hat itself.
+
+Every routing algorithm fills the same fields (``routing_layers.py`` says how each maps onto
+them): an iteration's coupling, its outputs, and the uses of u_hat through identity nodes, the
+use that makes the outputs in ``u_hat_sum`` and the use that makes the next coupling in
+``u_hat_agreement``. Algorithms with output activations (EM routing, self-routing) also record
+them in ``activations``; an ``agreement`` that is not the dot product <u_hat, v> (EM's log
+likelihood, self-attention's scores) is marked by ``dot_agreement=False``.
 """
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tinygrad_caps.backend import array_module
 
-_FIELDS = ("logits", "coupling", "weighted", "outputs", "agreement", "u_hat_sum", "u_hat_agreement")
+_FIELDS = ("logits", "coupling", "weighted", "outputs", "agreement", "u_hat_sum", "u_hat_agreement", "activations")
 
 
 @dataclass
@@ -26,8 +33,14 @@ class RoutingTrace:
         outputs: v_r = squash(s_r) (B, J, D).
         agreement: a_r = <u_hat, v_r> (B, I, J), for r < R-1 (R-1 entries).
         u_hat_sum: u_hat as used by iteration r's weighted sum (B, I, J, D).
-        u_hat_agreement: u_hat as used by iteration r's agreement (B, I, J, D), for r < R-1.
+        u_hat_agreement: u_hat as used by iteration r's agreement (B, I, J, D), for r < R-1 in
+            dynamic routing; an algorithm whose single step's coupling depends on its inputs has one
+            entry for r = 0 (what it holds is the algorithm's: see ``routing_layers.py``).
+        activations: the output capsules' activations a_r (B, J) where the algorithm has them.
         gradient: the gradient mode the layer ran in ("full" or "detach").
+        dot_agreement: whether ``agreement`` holds the dot products <u_hat, v_r> (statistics reuse
+            them for the cosine); False where it holds another score.
+        routing: the routing algorithm's name ("dynamic", "em", ...), or None.
         name: the layer's name in its model ("hidden.0", ..., "digit"), or None.
         grad_norms: {(attribute, r): Frobenius norm of the gradient} filled during a backward after
             ``track_grad_norms()`` (for "u_hat_sum" and "u_hat_agreement").
@@ -40,7 +53,10 @@ class RoutingTrace:
     agreement: list = field(default_factory=list)
     u_hat_sum: list = field(default_factory=list)
     u_hat_agreement: list = field(default_factory=list)
+    activations: list = field(default_factory=list)
     gradient: str = "full"
+    dot_agreement: bool = True
+    routing: str | None = None
     name: str | None = None
     grad_norms: dict = field(default_factory=dict, repr=False)
 
@@ -48,6 +64,13 @@ class RoutingTrace:
     def iterations(self) -> int:
         """R, the number of iterations recorded."""
         return len(self.coupling)
+
+    def record(self, **tensors) -> None:
+        """Append each Tensor to the field it is named for (``trace.record(coupling=c, outputs=v)``)."""
+        for attribute, tensor in tensors.items():
+            if attribute not in _FIELDS:
+                raise ValueError(f"RoutingTrace.record: no field {attribute!r}; the fields are {', '.join(_FIELDS)}")
+            getattr(self, attribute).append(tensor)
 
     def tensors(self):
         """(attribute, r, Tensor) for every recorded tensor."""

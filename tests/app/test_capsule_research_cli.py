@@ -60,7 +60,7 @@ def test_hidden_capsules_bias_and_uniform_routing_train_evaluate_and_resume(data
 
 
 def test_bad_research_options_are_usage_errors(data_dir, tmp_path, capsys):
-    for bad in (["--hidden-capsules", "3by4"], ["--routing", "em"], ["--conventions", "tf"], ["--model", "mlp"],
+    for bad in (["--hidden-capsules", "3by4"], ["--routing", "capsule-em"], ["--conventions", "tf"], ["--model", "mlp"],
                 ["--preset", "hinton"]):
         with pytest.raises(SystemExit) as info:
             train(data_dir, tmp_path / "x", *bad)

@@ -65,3 +65,8 @@ def test_routing_speed_gpu_branches_run_on_the_stand_in():
 def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):
     output = run_standin([str(SUPPORT / "standin_scenarios.py"), "train_on_the_second_gpu", str(tmp_path)])
     assert output.strip() == "ok"
+
+
+def test_every_routing_algorithm_runs_on_the_stand_in():
+    output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/models/test_routing_algorithms_gpu.py"])
+    assert summary(output) == {"passed": 5}, output[-3000:]

@@ -36,7 +36,8 @@ def test_every_field_has_a_default_allowed_values_and_help():
             assert field.default is not dataclasses.MISSING and field.metadata["help"], field.name
     assert MODEL_OPTIONS == ("routing_iterations", "routing_gradient", "decoder", "conv1_channels", "primary_types",
                              "primary_dim", "digit_dim", "kernel_size", "hidden_capsules", "capsule_bias", "routing",
-                             "conventions", "leaky_routing", "squash", "squash_eps", "capsule_init")
+                             "conventions", "leaky_routing", "squash", "squash_eps", "em_inverse_temperature",
+                             "capsule_init")
 
 
 def test_dict_form_round_trips_and_bad_values_name_the_field():

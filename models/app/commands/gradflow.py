@@ -12,7 +12,7 @@ import numpy as np
 import tinygrad_caps as tc
 from tinygrad_caps.data import dataset_spec
 
-from ...analysis.gradflow import gradient_flow_report, mean_of_reports
+from ...analysis.gradflow import check_mode, gradient_flow_report, mean_of_reports, supported_modes
 from ...analysis.plots import plot_gradflow, pyplot
 from ...capsnet.baseline_cnn import BaselineCNN
 from ...capsnet.config import MODEL_OPTIONS
@@ -24,8 +24,11 @@ from ..output_paths import PICTURE_SUFFIXES, check_writable_file
 from ..progress import bars_wanted, progress_shown
 
 
-def parse_modes(text: str) -> tuple:
-    """"full,detach" -> ("full", "detach"); UsageError for an unknown or repeated mode."""
+def parse_modes(text: str | None, model=None) -> tuple:
+    """"full,detach" -> ("full", "detach"); UsageError for an unknown or repeated mode, or one that a
+    routing layer of ``model`` does not take. None: every mode the model's routing layers take."""
+    if text is None:
+        return supported_modes(model) if model is not None else GRADIENT_MODES
     modes = tuple(part.strip() for part in text.split(",") if part.strip())
     if not modes:
         raise UsageError(f"--modes: give one or more of {', '.join(GRADIENT_MODES)}, separated by commas")
@@ -34,6 +37,11 @@ def parse_modes(text: str) -> tuple:
             raise UsageError(f"--modes: unknown mode {mode!r}; choose from {', '.join(GRADIENT_MODES)}")
     if len(set(modes)) != len(modes):
         raise UsageError(f"--modes: a mode is repeated in {text!r}")
+    for mode in modes if model is not None else ():
+        try:
+            check_mode(model, mode, "--modes")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     return modes
 
 
@@ -76,12 +84,13 @@ def _model_and_data(args):
 
 def run(args) -> int:
     """Run the command for parsed ``args``; returns the exit status."""
-    modes = parse_modes(args.modes)
+    parse_modes(args.modes)  # the mode names, before any data is read
     if args.hessian_iterations < 0:
         raise UsageError(f"--hessian-iterations must be >= 0, got {args.hessian_iterations}")
     out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("gradflow-%Y%m%d-%H%M%S")
     check_report_folder(out)
     model, dataset, data_dir, spec, source = _model_and_data(args)
+    modes = parse_modes(args.modes, model)
     images, labels = spec.load("train", data_dir)
     wanted = args.batches * args.batch_size
     if wanted > len(labels):

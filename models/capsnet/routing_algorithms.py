@@ -1,0 +1,220 @@
+"""Routing algorithms beyond dynamic routing, from engine ops: EM routing, self-attention routing
+and self-routing.
+
+Every line is a differentiable op, so the gradient through each iteration (and its second
+derivatives) is derived by the engine, as in ``routing.py``. Votes are u_hat (B, I, J, D), as
+there. With ``trace=True`` each function also returns a RoutingTrace in which every use of u_hat
+enters through an identity node of its own; how each algorithm fills the trace's fields:
+
+    EM routing        iteration t: logits = log a_j + log p_ij of the previous E-step (0 at t = 0),
+                      coupling = R (before the input activations weigh it), weighted = outputs = mu
+                      (the poses), activations = a_j; u_hat_sum = u_hat as the M-step uses it (mean
+                      and variance), u_hat_agreement and agreement = u_hat as the E-step uses it and
+                      log p_ij (for t < iterations - 1, as in dynamic routing).
+    self-attention    one step: logits = agreement = the scores a_ij, coupling = softmax_j a_ij
+                      (without the learned bias), weighted = s, outputs = v; u_hat_sum = u_hat in
+                      the weighted sum, u_hat_agreement = u_hat in the scores (both factors).
+    self-routing      one step: logits = agreement = W_route u + b_route, coupling = c, weighted =
+                      outputs = v, activations = a_j; u_hat_sum = u_hat in the weighted mean; the
+                      coupling does not use u_hat but the input capsules u (B, I, K): they are
+                      u_hat_agreement[0], the routing path's input.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import tinygrad_caps as tc
+from tinygrad_caps import functional as F
+
+from .routing import GRADIENT_MODES
+from .squash import as_nonlinearity
+from .trace import RoutingTrace
+
+DEFAULT_EPS = 1e-8
+
+
+def _check_votes(name, u_hat):
+    if u_hat.ndim != 4:
+        raise ValueError(f"{name}: expected u_hat (B, I, J, D), got shape {u_hat.shape}")
+
+
+def _check_shape(name, what, tensor, shape):
+    if tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"{name}: {what} must have shape {tuple(shape)}, got {tuple(tensor.shape)}")
+
+
+def _identity(t, trace):
+    """``t`` through an identity node of its own when tracing (a path the trace measures), else ``t``."""
+    return F.identity(t) if trace else t
+
+
+def inverse_temperatures(inverse_temperature, iterations: int) -> list:
+    """lambda per iteration: one float for all, or a sequence of ``iterations`` floats."""
+    if isinstance(inverse_temperature, numbers.Real):
+        values = [float(inverse_temperature)] * iterations
+    else:
+        values = [float(x) for x in inverse_temperature]
+        if len(values) != iterations:
+            raise ValueError(f"em_routing: inverse_temperature has {len(values)} values for {iterations} iterations")
+    if not all(math.isfinite(x) for x in values):
+        raise ValueError(f"em_routing: inverse_temperature must be finite, got {values}")
+    return values
+
+
+def log_sigmoid(z):
+    """log(sigmoid(z)) without underflow: the second entry of log_softmax over (0, z)."""
+    pair = F.stack([tc.zeros(z.shape, dtype=z.dtype, device=z.device), z], axis=-1)
+    return F.getitem(F.log_softmax(pair, axis=-1), (Ellipsis, 1))
+
+
+def em_m_step(coupling, activations, u_hat, beta_u, beta_a, inverse_temperature, eps=DEFAULT_EPS):
+    """One M-step of Procedure 1 (Hinton, Sabour & Frosst 2018) with vector poses.
+
+    Args:
+        coupling: R (B, I, J). activations: a_i (B, I). u_hat: (B, I, J, D). beta_u, beta_a: (J,).
+    Returns:
+        (mu (B, J, D), var (B, J, D), the activation logit z = lambda (beta_a - cost) (B, J)); a_j = sigmoid(z).
+    """
+    weighted = coupling * F.expand_dims(activations, 2)                      # R' = R a_i
+    mass = F.sum(weighted, axis=1)                                           # m_j (B, J)
+    share = weighted / F.expand_dims(mass + eps, 1)                          # R'_ij / (m_j + eps)
+    mu = F.routing_weighted_sum(share, u_hat)
+    deviation = u_hat - F.expand_dims(mu, 1)
+    var = F.routing_weighted_sum(share, deviation * deviation) + eps
+    cost = (beta_u * u_hat.shape[-1] + 0.5 * F.sum(F.log(var), axis=-1)) * mass
+    return mu, var, inverse_temperature * (beta_a - cost)
+
+
+def em_log_likelihood(u_hat, mu, var):
+    """log p_ij = -sum_d [(u_hat - mu)^2 / (2 var) + 0.5 log(2 pi var)], (B, I, J)."""
+    mu, var = F.expand_dims(mu, 1), F.expand_dims(var, 1)
+    deviation = u_hat - mu
+    return -F.sum(deviation * deviation / (2 * var) + 0.5 * F.log(2 * math.pi * var), axis=-1)
+
+
+def em_routing(u_hat, activations, beta_u, beta_a, iterations: int = 3, inverse_temperature=1.0,
+               gradient: str = "full", trace: bool = False, eps: float = DEFAULT_EPS):
+    """EM routing (Hinton, Sabour & Frosst 2018, Procedure 1) with vector poses.
+
+    R = 1/J; every iteration an M-step (means, variances, costs and activations of the J output
+    capsules from R' = R a_i), then, before the last, an E-step R = softmax_j(log a_j + log p_ij).
+
+    Args:
+        u_hat: (B, I, J, D) votes. activations: (B, I) input activations in [0, 1].
+        beta_u, beta_a: (J,) Tensors (learnable in the layer).
+        iterations: >= 1. inverse_temperature: lambda, a float or one per iteration.
+        gradient: "full", or "detach": the R that reaches the last M-step passes no gradient (the
+            earlier iterations see u_hat and the activations detached), so only the last M-step's
+            dependence on u_hat, the activations and the betas is kept.
+        trace: also return a RoutingTrace (mapping in the module docstring). eps: as in the formulas.
+    Returns:
+        (poses (B, J, D), out_activations (B, J)), plus the trace with ``trace``.
+    """
+    name = "em_routing"
+    if iterations < 1:
+        raise ValueError(f"{name}: iterations must be >= 1, got {iterations}")
+    if gradient not in GRADIENT_MODES:
+        raise ValueError(f"{name}: gradient must be one of {GRADIENT_MODES}, got {gradient!r}")
+    _check_votes(name, u_hat)
+    batch, inputs, outputs, _ = u_hat.shape
+    _check_shape(name, "activations", activations, (batch, inputs))
+    _check_shape(name, "beta_u", beta_u, (outputs,))
+    _check_shape(name, "beta_a", beta_a, (outputs,))
+    lambdas = inverse_temperatures(inverse_temperature, iterations)
+    detach = gradient == "detach"
+    frozen_votes = u_hat.detach() if detach else u_hat
+    frozen_activations = activations.detach() if detach else activations
+    logits = tc.zeros((batch, inputs, outputs), dtype=u_hat.dtype, device=u_hat.device)
+    coupling = tc.full((batch, inputs, outputs), 1.0 / outputs, dtype=u_hat.dtype, device=u_hat.device)
+    record = RoutingTrace(gradient=gradient, dot_agreement=False, routing="em") if trace else None
+    for t in range(iterations):
+        with tc.graph.scope(f"{tc.graph.ROUTING_SCOPE} {t + 1}"):
+            last = t == iterations - 1
+            votes = u_hat if last else frozen_votes
+            inputs_a = activations if last else frozen_activations
+            if last and detach:
+                coupling = coupling.detach()
+            summed = _identity(votes, trace)
+            mu, var, z = em_m_step(coupling, inputs_a, summed, beta_u, beta_a, lambdas[t], eps)
+            out_activations = F.sigmoid(z)
+            if trace:
+                record.record(logits=logits, coupling=coupling, weighted=mu, outputs=mu, activations=out_activations,
+                              u_hat_sum=summed)
+            if not last:
+                agreeing = _identity(votes, trace)
+                log_p = em_log_likelihood(agreeing, mu, var)
+                logits = F.expand_dims(log_sigmoid(z), 1) + log_p
+                coupling = F.softmax(logits, axis=2)
+                if trace:
+                    record.record(agreement=log_p, u_hat_agreement=agreeing)
+    return (mu, out_activations, record) if trace else (mu, out_activations)
+
+
+def self_attention_routing(u_hat, bias, squash="efficient", trace: bool = False):
+    """Self-attention routing (Mazzia et al. 2021, Efficient-CapsNet's FCCaps layer), one step.
+
+    a_ij = <u_hat_ij, sum_k u_hat_kj> / sqrt(D); c_ij = softmax over j of a_ij;
+    s_j = sum_i (c_ij + bias_ij) u_hat_ij; v_j = squash(s_j).
+
+    Args:
+        u_hat: (B, I, J, D). bias: (I, J) Tensor (learnable in the layer, 0 at the start).
+        squash: a name of ``squash.SQUASHES`` (its own eps: "efficient" is Mazzia et al.'s, eps
+            1e-20) or a callable over the last axis.
+        trace: also return a one-step RoutingTrace (mapping in the module docstring).
+    Returns:
+        v (B, J, D), plus the trace with ``trace``.
+    """
+    name = "self_attention_routing"
+    _check_votes(name, u_hat)
+    _check_shape(name, "bias", bias, u_hat.shape[1:3])
+    attending = _identity(u_hat, trace)
+    total = F.sum(attending, axis=1, keepdims=True)
+    scores = F.sum(attending * total, axis=-1) / math.sqrt(u_hat.shape[-1])
+    c = F.softmax(scores, axis=2)
+    summed = _identity(u_hat, trace)
+    s = F.routing_weighted_sum(c + bias, summed)
+    v = as_nonlinearity(squash)(s)
+    if not trace:
+        return v
+    record = RoutingTrace(gradient="full", dot_agreement=False, routing="self-attention")
+    record.record(logits=scores, coupling=c, weighted=s, outputs=v, u_hat_sum=summed, agreement=scores,
+                  u_hat_agreement=attending)
+    return v, record
+
+
+def self_routing(u_hat, u, activations, route_weight, route_bias, trace: bool = False, eps: float = DEFAULT_EPS):
+    """Self-routing (Hahn, Pyeon & Kim 2019), one step: each input capsule routes by its own weights.
+
+    logits_ij = W_route_i u_i + b_route_i; c_ij = softmax over j; a_j = sum_i c_ij a_i / sum_i a_i;
+    v_j = sum_i c_ij a_i u_hat_ij / (sum_i c_ij a_i + eps).
+
+    Args:
+        u_hat: (B, I, J, D). u: (B, I, K) the input capsules. activations: a_i (B, I).
+        route_weight: (I, J, K). route_bias: (I, J). trace: also return a one-step RoutingTrace.
+    Returns:
+        (v (B, J, D), a (B, J)), plus the trace with ``trace``.
+    """
+    name = "self_routing"
+    _check_votes(name, u_hat)
+    batch, inputs, outputs, _ = u_hat.shape
+    if u.ndim != 3 or tuple(u.shape[:2]) != (batch, inputs):
+        raise ValueError(f"{name}: u must have shape (B, I, K) = ({batch}, {inputs}, K), got {tuple(u.shape)}")
+    _check_shape(name, "activations", activations, (batch, inputs))
+    _check_shape(name, "route_weight", route_weight, (inputs, outputs, u.shape[2]))
+    _check_shape(name, "route_bias", route_bias, (inputs, outputs))
+    routing_input = _identity(u, trace)
+    weight = F.reshape(route_weight, (inputs, outputs, 1, u.shape[2]))
+    logits = F.reshape(F.capsule_predict(routing_input, weight), (batch, inputs, outputs)) + route_bias
+    c = F.softmax(logits, axis=2)
+    weighted = c * F.expand_dims(activations, 2)
+    mass = F.sum(weighted, axis=1)
+    out_activations = mass / F.sum(activations, axis=1, keepdims=True)
+    summed = _identity(u_hat, trace)
+    v = F.routing_weighted_sum(weighted, summed) / F.expand_dims(mass + eps, -1)
+    if not trace:
+        return v, out_activations
+    record = RoutingTrace(gradient="full", dot_agreement=False, routing="self-routing")
+    record.record(logits=logits, coupling=c, weighted=v, outputs=v, activations=out_activations, u_hat_sum=summed,
+                  agreement=logits, u_hat_agreement=routing_input)
+    return v, out_activations, record
