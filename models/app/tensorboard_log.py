@@ -20,6 +20,7 @@ checkpoint did not keep (TensorBoard's purge step), as metrics.jsonl drops them.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -37,7 +38,9 @@ class TensorBoardLog:
         except ImportError as exc:
             raise TensorBoardUnavailable("TensorBoard logs need tensorboardX: pip install -e \".[tensorboard]\"") from exc
         self.folder = folder
-        self.writer = SummaryWriter(str(folder), purge_step=purge_step)
+        # tensorboardX names an event file by the second it was opened and the host: a run resumed
+        # within the same second would truncate the first file, so each file gets its own suffix.
+        self.writer = SummaryWriter(str(folder), purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
 
     def interval(self, step: int, values: dict) -> None:
         """``train/<name>`` scalars at global ``step`` (the finite ones)."""

@@ -69,6 +69,19 @@ def test_a_resumed_run_does_not_repeat_steps(data_dir, tmp_path):
     assert [e.step for e in read.Scalars("train/loss")] == list(range(1, 7))
 
 
+def test_a_run_resumed_within_the_same_second_keeps_the_first_file(data_dir, tmp_path, monkeypatch):
+    """tensorboardX names event files by the second and the host; a resume in the same second must
+    not truncate the file the first run wrote."""
+    import time as time_module
+    frozen = time_module.time()
+    monkeypatch.setattr(time_module, "time", lambda: frozen)
+    out = tmp_path / "run"
+    assert train(data_dir, out, "--epochs", "1", "--tensorboard") == 0
+    assert cli.main(["train", "--resume", "--out", str(out), "--epochs", "2", "--no-progress"]) == 0
+    assert len(list((out / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    assert [e.step for e in events(out / "tensorboard").Scalars("epoch/test_loss")] == [3, 6]
+
+
 def test_plot_exports_a_finished_run(data_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert train(data_dir, out, "--epochs", "2", "--log-gradflow", "3") == 0
