@@ -191,11 +191,15 @@ def add_study_parser(sub) -> None:
                    help="continue the study in --out: finished runs are skipped, interrupted ones continue exactly")
     r.add_argument("--max-depth", type=positive_int, default=None, metavar="K",
                    help="depth: 0 to K hidden capsule layers (default 3)")
+    r.add_argument("--tensorboard-out", default=None, metavar="TB",
+                   help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
     add_training_options(r)
     r.set_defaults(epochs=None)
     next(action for action in r._actions if action.dest == "epochs").help = "epochs of every run (default: the study's)"
     m = actions.add_parser("summary", help="write DIR/summary.json, .md and .png from a study's finished runs")
     m.add_argument("out", metavar="DIR", help="a study folder (with study.json)")
+    m.add_argument("--tensorboard-out", default=None, metavar="TB",
+                   help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
 
 
 def parse_with_preset(parser, argv):

@@ -39,7 +39,7 @@ STUDY_FILE = "study.json"
 EXIT_TIME_LIMIT = 75  # EX_TEMPFAIL: stopped by --max-minutes, continue with --resume
 # study run's own options; every other destination of its parser is a training option shared by the runs
 STUDY_ONLY = ("command", "study_command", "name", "out", "seeds", "seed_list", "max_minutes", "resume", "max_depth",
-              "debug", "explicit", "no_progress", "command_line")
+              "debug", "explicit", "no_progress", "command_line", "tensorboard_out")
 
 
 def run_folder(config_id: str, seed: int) -> str:

@@ -90,8 +90,9 @@ class TensorBoardLog:
 
 def export_run(metrics: list, gradflow: list, folder) -> int:
     """Write a finished run's logs (metrics.jsonl and gradflow.jsonl lines, already validated) as
-    TensorBoard events in ``folder``; returns how many lines were written."""
-    log = TensorBoardLog(folder)
+    TensorBoard events in ``folder``; returns how many lines were written. An export repeated into
+    the same folder replaces the earlier one (its events are purged from step 0 on)."""
+    log = TensorBoardLog(folder, purge_step=0)
     try:
         for record in metrics:
             log.epoch(record)

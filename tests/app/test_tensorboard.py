@@ -105,3 +105,25 @@ def test_without_tensorboardx_training_says_so_once_and_goes_on(data_dir, tmp_pa
     assert lines(out / "metrics.jsonl") and not (out / "tensorboard").exists()
     assert cli.main(["plot", str(out), "--tensorboard-out", str(tmp_path / "tb")]) == 2
     assert "tensorboardX" in capsys.readouterr().err
+
+
+def test_a_study_exports_one_tensorboard_run_per_configuration_and_seed(data_dir, tmp_path, capsys):
+    study = tmp_path / "study"
+    tb = tmp_path / "tb"
+    assert cli.main(["study", "run", "conventions", "--out", str(study), "--dataset", "tiny", "--data-dir",
+                     str(data_dir), *TINY, "--seeds", "2", "--epochs", "1", "--tensorboard-out", str(tb)]) == 0
+    assert "(TensorBoard, 8 runs)" in capsys.readouterr().out
+    plan = json.loads((study / "study.json").read_text())
+    for config in plan["configs"]:
+        for run in config["runs"]:
+            metrics = lines(study / run["path"] / "metrics.jsonl")
+            read = events(tb / config["config_id"] / f"seed-{run['seed']}")
+            assert [e.value for e in read.Scalars("epoch/test_accuracy")] == pytest.approx(
+                [m["test_accuracy"] for m in metrics], rel=1e-6)
+    # exporting again (study summary) replaces the earlier export instead of adding to it
+    first = plan["configs"][0]
+    assert cli.main(["study", "summary", str(study), "--tensorboard-out", str(tb)]) == 0
+    read = events(tb / first["config_id"] / "seed-0")
+    assert [e.step for e in read.Scalars("epoch/test_accuracy")] == [
+        m["step"] for m in lines(study / first["runs"][0]["path"] / "metrics.jsonl")]
+    assert cli.main(["study", "summary", str(tmp_path / "nowhere"), "--tensorboard-out", str(tb)]) == 2

@@ -7,11 +7,13 @@ import time
 from pathlib import Path
 
 from ...errors import UsageError
+from ..option_checks import check_out_folder
 from ..progress import bars_wanted
 from ..study_registry import STUDIES, get_study
-from ..study_runner import (EXIT_TIME_LIMIT, STUDY_ONLY, continue_command, parse_seed_list, plan_study, train_runs,
-                            write_plan)
+from ..study_runner import (EXIT_TIME_LIMIT, STUDY_ONLY, continue_command, parse_seed_list, plan_study, read_study,
+                            train_runs, write_plan)
 from ..study_summary import summary_markdown, write_summary
+from .plot import export_tensorboard
 
 
 def list_studies() -> str:
@@ -30,12 +32,38 @@ def run(args) -> int:
         print(list_studies())
         return 0
     if args.study_command == "summary":
-        summary = write_summary(args.out)
-        print(summary_markdown(summary), end="")
-        for path in summary["written"]:
-            print(f"written: {path}")
+        if args.tensorboard_out is not None:
+            check_out_folder(Path(args.tensorboard_out), resume=True)
+        report_summary(args.out, args.tensorboard_out)
         return 0
     return run_study(args)
+
+
+def export_study_tensorboard(out, folder) -> list:
+    """Export every run of the study in ``out`` that has logs (metrics.jsonl or gradflow.jsonl) as
+    TensorBoard event files in ``folder``/CONFIG/seed-S/, so TensorBoard shows one run per
+    configuration and seed; returns the folders written."""
+    plan = read_study(out)
+    if plan is None:
+        raise UsageError(f"{out} holds no study.json: not a study folder")
+    written = []
+    for config in plan["configs"]:
+        for run in config["runs"]:
+            run_dir = Path(out) / run["path"]
+            if (run_dir / "metrics.jsonl").exists() or (run_dir / "gradflow.jsonl").exists():
+                written.append(export_tensorboard(run_dir, Path(folder) / config["config_id"] / f"seed-{run['seed']}"))
+    return written
+
+
+def report_summary(out, tensorboard_out=None) -> None:
+    """Write and print the study's summary; with ``tensorboard_out``, export its runs there too."""
+    summary = write_summary(out)
+    print(summary_markdown(summary), end="")
+    for path in summary["written"]:
+        print(f"written: {path}")
+    if tensorboard_out is not None:
+        runs = export_study_tensorboard(out, tensorboard_out)
+        print(f"written: {tensorboard_out} (TensorBoard, {len(runs)} runs)")
 
 
 def run_study(args) -> int:
@@ -54,13 +82,12 @@ def run_study(args) -> int:
     plan = plan_study(study, args.out, given, explicit - set(STUDY_ONLY), seeds=seeds, epochs=args.epochs,
                       parameters={"max_depth": args.max_depth} if args.max_depth is not None else {},
                       resume=args.resume, command=command)
+    if args.tensorboard_out is not None:
+        check_out_folder(Path(args.tensorboard_out), resume=True)
     write_plan(Path(args.out), plan)
     deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
     result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
-    summary = write_summary(args.out)
-    print(summary_markdown(summary), end="")
-    for path in summary["written"]:
-        print(f"written: {path}")
+    report_summary(args.out, args.tensorboard_out)
     if result["stopped"]:
         print(f"stopped after {args.max_minutes:g} minutes with {result['finished']} of {result['total']} runs "
               f"finished; continue with: {continue_command(plan, args.out)}")
