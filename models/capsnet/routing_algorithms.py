@@ -51,6 +51,11 @@ def _identity(t, trace):
 
 def inverse_temperatures(inverse_temperature, iterations: int) -> list:
     """lambda per iteration: one float for all, or a sequence of ``iterations`` floats."""
+    if isinstance(inverse_temperature, bool) or (
+            not isinstance(inverse_temperature, numbers.Real)
+            and any(isinstance(x, bool) for x in inverse_temperature)):
+        raise ValueError(f"em_routing: inverse_temperature must be a number or one per iteration, "
+                         f"got {inverse_temperature!r}")
     if isinstance(inverse_temperature, numbers.Real):
         values = [float(inverse_temperature)] * iterations
     else:
@@ -101,7 +106,8 @@ def em_routing(u_hat, activations, beta_u, beta_a, iterations: int = 3, inverse_
     capsules from R' = R a_i), then, before the last, an E-step R = softmax_j(log a_j + log p_ij).
 
     Args:
-        u_hat: (B, I, J, D) votes. activations: (B, I) input activations in [0, 1].
+        u_hat: (B, I, J, D) votes. activations: (B, I) input activations in [0, 1] (not checked:
+            that would read the device's values back to the host each step).
         beta_u, beta_a: (J,) Tensors (learnable in the layer).
         iterations: >= 1. inverse_temperature: lambda, a float or one per iteration.
         gradient: "full", or "detach": the R that reaches the last M-step passes no gradient (the
@@ -186,7 +192,7 @@ def self_attention_routing(u_hat, bias, squash="efficient", trace: bool = False)
 def self_routing(u_hat, u, activations, route_weight, route_bias, trace: bool = False, eps: float = DEFAULT_EPS):
     """Self-routing (Hahn, Pyeon & Kim 2019), one step: each input capsule routes by its own weights.
 
-    logits_ij = W_route_i u_i + b_route_i; c_ij = softmax over j; a_j = sum_i c_ij a_i / sum_i a_i;
+    logits_ij = W_route_i u_i + b_route_i; c_ij = softmax over j; a_j = sum_i c_ij a_i / (sum_i a_i + eps);
     v_j = sum_i c_ij a_i u_hat_ij / (sum_i c_ij a_i + eps).
 
     Args:
@@ -209,7 +215,7 @@ def self_routing(u_hat, u, activations, route_weight, route_bias, trace: bool = 
     c = F.softmax(logits, axis=2)
     weighted = c * F.expand_dims(activations, 2)
     mass = F.sum(weighted, axis=1)
-    out_activations = mass / F.sum(activations, axis=1, keepdims=True)
+    out_activations = mass / (F.sum(activations, axis=1, keepdims=True) + eps)
     summed = _identity(u_hat, trace)
     v = F.routing_weighted_sum(weighted, summed) / F.expand_dims(mass + eps, -1)
     if not trace:

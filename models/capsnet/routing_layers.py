@@ -80,8 +80,7 @@ class RoutingLayer(nn.Module):
                  bias=False, leaky_routing=False, squash=None):
         super().__init__()
         self.routing = routing or type(self).__name__
-        if not self.iterative and type(self).gradient_modes is GRADIENT_MODES:
-            self.gradient_modes = ("full",)
+        self.gradient_modes = type(self).modes()
         if bias and not self.has_bias:
             raise ValueError(f"routing {self.routing!r} takes no capsule bias (--capsule-bias, --conventions official)")
         if leaky_routing and not self.has_leaky_routing:
@@ -93,6 +92,14 @@ class RoutingLayer(nn.Module):
         nn.init.normal_(self.weight, 0.0, 0.01)
         self.bias = _parameter((out_caps, out_dim), dtype) if bias else None
 
+    @classmethod
+    def modes(cls) -> tuple:
+        """The gradient modes a layer of this class takes: ``gradient_modes``, except that a routing
+        that is not iterative takes only "full" unless the class says otherwise."""
+        if not cls.iterative and cls.gradient_modes is GRADIENT_MODES:
+            return ("full",)
+        return cls.gradient_modes
+
     @property
     def gradient(self) -> str:
         """The routing-gradient mode, one of ``gradient_modes`` (set it to switch)."""
@@ -100,11 +107,9 @@ class RoutingLayer(nn.Module):
 
     @gradient.setter
     def gradient(self, mode: str):
-        if mode not in self.gradient_modes:
-            if mode in GRADIENT_MODES:
-                raise ValueError(f"routing {self.routing!r} is not iterative: it has no {mode!r} gradient mode "
-                                 f"(only {', '.join(self.gradient_modes)})")
-            raise ValueError(f"gradient must be one of {GRADIENT_MODES}, got {mode!r}")
+        refusal = gradient_mode_refusal(self.routing, mode, self.gradient_modes)
+        if refusal:
+            raise ValueError(refusal)
         object.__setattr__(self, "_gradient", mode)
 
     def route_votes(self, u_hat, u, activations, trace: bool) -> Routed:
@@ -120,8 +125,8 @@ class RoutingLayer(nn.Module):
             routed = Routed(routed[0], None, routed[1]) if len(routed) == 2 else Routed(*routed)
         if trace and routed.trace is None:
             raise ValueError(f"routing {self.routing!r}: route_votes was asked for a trace and returned none")
-        if routed.trace is not None and routed.trace.routing is None:
-            routed.trace.routing = self.routing
+        if routed.trace is not None:
+            routed.trace.routing = self.routing  # the registered name, also for a class registered twice
         return routed
 
     def forward(self, u, return_coupling=False, return_trace=False, activations=None):
@@ -252,6 +257,15 @@ def routing_names(builtin: bool = False) -> tuple:
     return BUILTIN_ROUTINGS if builtin else tuple(_ROUTINGS)
 
 
+def gradient_mode_refusal(name: str, gradient: str, modes: tuple):
+    """Why routing ``name``, which takes the gradient ``modes``, refuses ``gradient`` (one line), or None."""
+    if gradient in modes:
+        return None
+    if gradient in GRADIENT_MODES:
+        return f"routing {name!r} is not iterative: it has no {gradient!r} gradient mode (only {', '.join(modes)})"
+    return f"gradient must be one of {GRADIENT_MODES}, got {gradient!r}"
+
+
 def routing_refusal(name: str, gradient: str = "full", bias: bool = False, leaky_routing: bool = False):
     """Why a layer of routing ``name`` would refuse these options (one line), or None; read from the
     factory's class attributes where it is a ``RoutingLayer`` subclass (any other factory says so
@@ -259,9 +273,9 @@ def routing_refusal(name: str, gradient: str = "full", bias: bool = False, leaky
     factory = _ROUTINGS.get(name)
     if not (isinstance(factory, type) and issubclass(factory, RoutingLayer)) or factory is CapsuleLayer:
         return None
-    modes = factory.gradient_modes if factory.iterative or factory.gradient_modes is not GRADIENT_MODES else ("full",)
-    if gradient not in modes:
-        return f"routing {name!r} is not iterative: it has no {gradient!r} gradient mode (only {', '.join(modes)})"
+    refusal = gradient_mode_refusal(name, gradient, factory.modes())
+    if refusal:
+        return refusal
     if bias and not factory.has_bias:
         return f"routing {name!r} takes no capsule bias (--capsule-bias, --conventions official)"
     if leaky_routing and not factory.has_leaky_routing:

@@ -35,9 +35,15 @@ def peer_squash(s, eps: float = DEFAULT_SQUASH_EPS):
     return n / (1 + n) * s / F.sqrt(n) + eps
 
 
+NORM_FLOOR = 1e-30  # added under efficient_squash's square root (a normal float32 number)
+
+
 def efficient_squash(s, eps: float = 1e-20):
-    """(1 - 1 / (exp(|s|) + eps)) * s / (|s| + eps) over the last axis, from engine ops."""
-    norm = F.sqrt(F.sum(s * s, axis=-1, keepdims=True))
+    """(1 - 1 / (exp(|s|) + eps)) * s / (|s| + eps) over the last axis, from engine ops.
+
+    |s| is taken as sqrt(|s|^2 + 1e-30): the same value in float32 and float64 wherever |s| is above
+    1e-14, and a finite gradient (0) at s = 0, where the plain square root's derivative is infinite."""
+    norm = F.sqrt(F.sum(s * s, axis=-1, keepdims=True) + NORM_FLOOR)
     return (1 - 1 / (F.exp(norm) + eps)) * s / (norm + eps)
 
 

@@ -87,7 +87,10 @@ def test_em_detach_drops_a_nonzero_part_of_the_gradient():
 
 def test_em_routing_first_and_second_order_gradients():
     u_hat, a, beta_u, beta_a = em_inputs(31)
-    f = lambda u, act, bu, ba: F.sum(em_routing(u, act, bu, ba, 2)[1]) + F.sum(em_routing(u, act, bu, ba, 2)[0])  # noqa: E731
+    def f(u, act, bu, ba):
+        poses, out_a = em_routing(u, act, bu, ba, 2)
+        return F.sum(out_a) + F.sum(poses)
+
     check_grad(f, [u_hat, a, beta_u, beta_a])
     check_double_grad(f, [u_hat, a, beta_u, beta_a])
 
@@ -102,6 +105,12 @@ def test_em_routing_refuses_bad_arguments():
         em_routing(u_hat, a, tc.tensor(np.zeros(J + 1)), beta_a)
     with pytest.raises(ValueError, match="gradient must be one of"):
         em_routing(u_hat, a, beta_u, beta_a, gradient="half")
+    with pytest.raises(ValueError, match="beta_a must have shape"):
+        em_routing(u_hat, a, beta_u, tc.tensor(np.zeros((1, J))))
+    with pytest.raises(ValueError, match="activations must have shape"):
+        em_routing(u_hat, tc.tensor(np.zeros((B, I + 1))), beta_u, beta_a)
+    with pytest.raises(ValueError, match="inverse_temperature must be a number"):
+        em_routing(u_hat, a, beta_u, beta_a, inverse_temperature=True)
 
 
 # ----- self-attention routing -----
@@ -140,6 +149,20 @@ def test_efficient_squash_is_mazzia_et_al_s():
     np.testing.assert_allclose(engine_efficient_squash(tc.tensor(s)).numpy(), expected, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_self_attention_routing_of_zero_votes_has_a_finite_gradient(dtype):
+    u_hat = tc.tensor(np.zeros((1, I, J, D), dtype=dtype), requires_grad=True)
+    v = self_attention_routing(u_hat, tc.tensor(np.zeros((I, J), dtype=dtype)))
+    F.sum(v).backward()
+    assert np.all(v.numpy() == 0) and np.all(np.isfinite(u_hat.grad.numpy()))
+
+
+def test_self_attention_routing_refuses_a_bias_of_the_wrong_shape():
+    u_hat = tc.tensor(np.zeros((B, I, J, D)))
+    with pytest.raises(ValueError, match=r"self_attention_routing: bias must have shape \(4, 3\)"):
+        self_attention_routing(u_hat, tc.tensor(np.zeros((J, I))))
+
+
 # ----- self-routing -----
 def self_routing_inputs(seed, scale=1.0):
     rng = np.random.default_rng(seed)
@@ -161,9 +184,26 @@ def test_self_routing_with_zero_routing_weights_is_uniform():
     u_hat, u, a, _, _ = self_routing_inputs(53)
     v, out_a, trace = self_routing(*tensors(u_hat, u, a, np.zeros((I, J, K)), np.zeros((I, J))), trace=True)
     np.testing.assert_allclose(trace.coupling[0].numpy(), 1 / J, rtol=1e-15)
-    np.testing.assert_allclose(out_a.numpy(), 1 / J, rtol=1e-14)
-    weighted = np.einsum("bi,bijd->bjd", a, u_hat) / (a.sum(1)[:, None, None] / J * J + 1e-8 * J)
+    total = a.sum(1)[:, None]
+    np.testing.assert_allclose(out_a.numpy(), np.broadcast_to(total / (total + 1e-8) / J, (B, J)), rtol=1e-14)
+    weighted = np.einsum("bi,bijd->bjd", a, u_hat) / (a.sum(1)[:, None, None] + J * 1e-8)
     np.testing.assert_allclose(v.numpy(), weighted, rtol=1e-10)
+
+
+def test_self_routing_refuses_arguments_of_the_wrong_shapes():
+    u_hat, u, a, w, b = tensors(*self_routing_inputs(54))
+    wrong = {"u": tc.tensor(np.zeros((B, I + 1, K))), "activations": tc.tensor(np.zeros((B, I + 1))),
+             "route_weight": tc.tensor(np.zeros((I, J, K + 1))), "route_bias": tc.tensor(np.zeros((J, I)))}
+    for name, value in wrong.items():
+        args = {"u": u, "activations": a, "route_weight": w, "route_bias": b, name: value}
+        with pytest.raises(ValueError, match=f"self_routing: {name} must have shape"):
+            self_routing(u_hat, args["u"], args["activations"], args["route_weight"], args["route_bias"])
+
+
+def test_self_routing_with_zero_input_activations_gives_zero_scores_not_nan():
+    u_hat, u, _, w, b = self_routing_inputs(58)
+    v, a = self_routing(*tensors(u_hat, u, np.zeros((B, I)), w, b))
+    assert np.all(a.numpy() == 0) and np.all(v.numpy() == 0)
 
 
 def test_self_routing_gradients_equal_central_differences_of_the_reference():
@@ -285,7 +325,8 @@ def test_gradflow_report_on_every_new_routing(routing):
         assert rows[0]["grad_norm_agreement"] == 0.0
     else:
         assert rows[0]["grad_norm_agreement"] > 0
-    assert rows[-1]["grad_norm_agreement"] is (None if routing == "em" else rows[-1]["grad_norm_agreement"])
+    if routing == "em":  # the last iteration makes no next coupling
+        assert rows[-1]["grad_norm_agreement"] is None
     if routing == "em":  # detach zeroes the inner paths
         detached = report["modes"]["detach"]["layers"][0]["iterations"]
         assert all(row["grad_norm_sum"] == 0.0 and row["grad_norm_agreement"] == 0.0 for row in detached[:-1])

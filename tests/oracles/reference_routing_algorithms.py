@@ -116,7 +116,7 @@ def self_route(u_hat, u, activations, route_weight, route_bias, eps=1e-8):
         total_a = sum(activations[b, i] for i in range(inputs))
         for j in range(outputs):
             mass = sum(c[b, i, j] * activations[b, i] for i in range(inputs))
-            a_out[b, j] = mass / total_a
+            a_out[b, j] = mass / (total_a + eps)
             for i in range(inputs):
                 v[b, j] += c[b, i, j] * activations[b, i] * u_hat[b, i, j]
             v[b, j] /= mass + eps
