@@ -80,6 +80,8 @@ def mean_and_spread(values, level: float = 0.95) -> dict:
     mean = math.fsum(kept) / n
     if n < 2:
         return {"n": 1, "mean": mean, "std": None, "ci95": None}
+    if min(kept) == max(kept):  # equal values: exactly no spread (the rounded mean would leave 1e-17)
+        return {"n": n, "mean": kept[0], "std": 0.0, "ci95": [kept[0], kept[0]]}
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in kept) / (n - 1))
     half = student_t_quantile((1.0 + level) / 2.0, n - 1) * std / math.sqrt(n)
     return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half]}

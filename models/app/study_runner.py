@@ -88,7 +88,7 @@ def plan_study(study: Study, out, given: dict, explicit: set, *, seeds=None, epo
     if saved is not None and not resume:
         raise UsageError(f"{out} holds a study already ({saved['study']}); pass --resume to continue it or choose "
                          "another --out")
-    if saved is None and not resume and (out / "runs").exists():
+    if saved is None and (out / "runs").exists():  # run folders of no study: never adopted, even with --resume
         raise UsageError(f"{out} holds run folders but no {STUDY_FILE}; choose another --out")
     if saved is not None and saved["study"] != study.name:
         raise UsageError(f"--resume: {out} holds the study {saved['study']}, not {study.name}")
@@ -113,7 +113,8 @@ def plan_study(study: Study, out, given: dict, explicit: set, *, seeds=None, epo
     seeds = list(seeds) if seeds is not None else (saved["seeds"] if saved else list(range(study.seeds)))
     epochs = epochs or (saved["epochs"] if saved else study.epochs)
     return {"study": study.name, "varies": study.varies,
-            "command": saved["command"] if saved else command, "version": tc.__version__,
+            "command": saved["command"] if saved else command,
+            "version": saved.get("version", tc.__version__) if saved else tc.__version__,  # the one it began with
             "epochs": int(epochs), "seeds": [int(s) for s in seeds],
             "parameters": {**study.parameters, **{k: v for k, v in (parameters or {}).items() if v is not None}},
             "options": options,
@@ -125,7 +126,7 @@ def plan_study(study: Study, out, given: dict, explicit: set, *, seeds=None, epo
 def run_config(plan: dict, config: dict, seed: int) -> dict:
     """The options one run trains with: the study's shared options, the configuration's own, the
     epochs and the seed, with only the chosen model's options (as ``train`` records them)."""
-    options = dict(plan["options"], model="capsnet")
+    options = {"model": "capsnet", **plan["options"]}  # a study may train another model for all its runs
     options.update(config["options"], epochs=plan["epochs"], seed=seed)
     if options.get("augment") == "none":
         options["augment"] = None

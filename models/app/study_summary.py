@@ -54,11 +54,21 @@ def _last_epoch_lines(gradflow: list, epoch: int) -> list:
     return earlier[-1:]
 
 
+def _path_norms(rows: list) -> list | None:
+    """Per iteration, the gradient norm reaching the votes through both paths (an absent path, as the
+    last iteration's agreement, counts 0); None where a line kept no gradient for a path that exists."""
+    norms = []
+    for row in rows:
+        if row["grad_norm_sum"] is None:
+            return None
+        norms.append(row["grad_norm_sum"] + (row["grad_norm_agreement"] or 0.0))
+    return norms
+
+
 def _inner_share(layer: dict):
-    rows = layer["iterations"]
-    if len(rows) < 2:
+    norms = _path_norms(layer["iterations"])
+    if norms is None or len(norms) < 2:
         return None
-    norms = [(row["grad_norm_sum"] or 0.0) + (row["grad_norm_agreement"] or 0.0) for row in rows]
     total = sum(norms)
     return sum(norms[:-1]) / total if total else 0.0
 
@@ -70,8 +80,7 @@ def line_figures(line: dict) -> dict:
     cosine = line.get("mode_cosine") or {}
     return {"t_score": network["t_score"], "d_score": network["d_score"], "digit_d_score": network["digit_d_score"],
             "inner_share": _inner_share(line["layers"][-1]),
-            "lowest_grad_norm": sum((row["grad_norm_sum"] or 0.0) + (row["grad_norm_agreement"] or 0.0)
-                                    for row in lowest),
+            "lowest_grad_norm": None if _path_norms(lowest) is None else sum(_path_norms(lowest)),
             "mode_cosine": cosine.get("all")}
 
 
@@ -90,27 +99,30 @@ def run_figures(run_dir: Path, epoch: int, names) -> dict:
     return {name: _mean([f[name] for f in figures]) for name in names}
 
 
-def gradflow_curve(run_dir: Path, names) -> dict:
-    """{"step": [...], figure: [...]} over every logged step of a run."""
+def gradflow_curve(run_dir: Path, names, epochs: int) -> dict:
+    """{"step": [...], figure: [...]} over every logged step of a run's first ``epochs`` epochs."""
     path = run_dir / "gradflow.jsonl"
     if not names or not path.exists():
         return {}
-    lines = [line for _, line in read_json_lines(path)]
+    lines = [line for _, line in read_json_lines(path) if line.get("epoch", 0) <= epochs]
     figures = [line_figures(line) for line in lines]
     return {"step": [line["step"] for line in lines], **{name: [f[name] for f in figures] for name in names}}
 
 
 def _mean_curve(curves: list) -> dict:
-    """Point-wise means of curves with the same x (the shortest length common to all)."""
+    """Point-wise means of curves (dicts of lists, x first) at the x values all of them have (runs
+    logged at different intervals meet only where their steps coincide)."""
     curves = [c for c in curves if c]
     if not curves:
         return {}
-    length = min(len(next(iter(c.values()))) for c in curves)
     x_name = next(iter(curves[0]))
-    mean = {x_name: curves[0][x_name][:length]}
+    common = set(curves[0][x_name]).intersection(*(c[x_name] for c in curves[1:]))
+    xs = [x for x in curves[0][x_name] if x in common]
+    at = [{x: k for k, x in enumerate(c[x_name])} for c in curves]
+    mean = {x_name: xs}
     for name in curves[0]:
         if name != x_name:
-            mean[name] = [_mean([c[name][k] for c in curves]) for k in range(length)]
+            mean[name] = [_mean([c[name][index[x]] for c, index in zip(curves, at)]) for x in xs]
     return mean
 
 
@@ -147,7 +159,7 @@ def summarize(out, figures=None) -> dict:
             figure_rows.append(run_figures(run_dir, epochs, figures))
             learning.append({"epoch": [m["epoch"] for m in metrics if m["epoch"] <= epochs],
                              METRIC: [m[METRIC] for m in metrics if m["epoch"] <= epochs]})
-            gradflow.append(gradflow_curve(run_dir, figures))
+            gradflow.append(gradflow_curve(run_dir, figures, epochs))
         row = {"config_id": config["config_id"], "config": config["options"], "seeds": seeds, "values": values,
                **_stats(values)}
         row["metrics"] = {name: _stats([f[name] for f in finals]) for name in LOSSES}

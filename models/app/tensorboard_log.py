@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import numpy as np
+
+EXPORT_SUFFIX = ".export"  # the event files of `plot`/`study --tensorboard-out`
 
 
 class TensorBoardUnavailable(ImportError):
@@ -32,15 +35,19 @@ class TensorBoardUnavailable(ImportError):
 class TensorBoardLog:
     """One run's event files in ``folder``; ``purge_step``: the first step a resumed run writes again."""
 
-    def __init__(self, folder, purge_step: int | None = None):
+    def __init__(self, folder, purge_step: int | None = None, export: bool = False):
         try:
             from tensorboardX import SummaryWriter
         except ImportError as exc:
             raise TensorBoardUnavailable("TensorBoard logs need tensorboardX: pip install -e \".[tensorboard]\"") from exc
-        self.folder = folder
+        self.folder = Path(folder)
+        if export:  # an export replaces the earlier exports in the folder (and nothing else)
+            for old in self.folder.glob(f"events.out.tfevents.*{EXPORT_SUFFIX}"):
+                old.unlink()
         # tensorboardX names an event file by the second it was opened and the host: a run resumed
         # within the same second would truncate the first file, so each file gets its own suffix.
-        self.writer = SummaryWriter(str(folder), purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
+        suffix = f".{time.time_ns()}" + (EXPORT_SUFFIX if export else "")
+        self.writer = SummaryWriter(str(folder), purge_step=purge_step, filename_suffix=suffix)
 
     def interval(self, step: int, values: dict) -> None:
         """``train/<name>`` scalars at global ``step`` (the finite ones)."""
@@ -73,8 +80,14 @@ class TensorBoardLog:
                 self.writer.add_histogram(f"gradient/{name}", _host(parameter.grad.data), step)
 
     def reconstructions(self, step: int, images, reconstructions) -> None:
-        """Images (N, C, H, W) in [0, 1] above their reconstructions, as one picture at ``step``."""
+        """Images (N, C, H, W) above their reconstructions, as one picture at ``step``; each image
+        in [0, 1] as it is, and one outside that range (smallNORB's are standardised) rescaled by
+        its own minimum and maximum, the reconstruction below it with it."""
         images, reconstructions = _host(images), _host(reconstructions).reshape(images.shape)
+        if images.min() < 0.0 or images.max() > 1.0:
+            low = images.min(axis=(1, 2, 3), keepdims=True)
+            span = np.maximum(images.max(axis=(1, 2, 3), keepdims=True) - low, 1e-12)
+            images, reconstructions = (images - low) / span, (reconstructions - low) / span
         top, bottom = np.concatenate(list(images), axis=-1), np.concatenate(list(reconstructions), axis=-1)
         grid = np.clip(np.concatenate([top, bottom], axis=-2), 0.0, 1.0)
         if grid.shape[0] not in (1, 3):
@@ -91,8 +104,8 @@ class TensorBoardLog:
 def export_run(metrics: list, gradflow: list, folder) -> int:
     """Write a finished run's logs (metrics.jsonl and gradflow.jsonl lines, already validated) as
     TensorBoard events in ``folder``; returns how many lines were written. An export repeated into
-    the same folder replaces the earlier one (its events are purged from step 0 on)."""
-    log = TensorBoardLog(folder, purge_step=0)
+    the same folder replaces the earlier one's event files (those named ``*.export``)."""
+    log = TensorBoardLog(folder, export=True)
     try:
         for record in metrics:
             log.epoch(record)

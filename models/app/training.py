@@ -274,7 +274,8 @@ class Trainer:
         if self.tensorboard is None:
             folder = self.config.get("tensorboard") or self.out_dir / "tensorboard"
             try:
-                self.tensorboard = TensorBoardLog(folder, purge_step=self.resumed_step + 1 if self.resuming else None)
+                # a fresh start purges from step 0: events of an earlier attempt that left no checkpoint
+                self.tensorboard = TensorBoardLog(folder, purge_step=self.resumed_step + 1 if self.resuming else 0)
             except TensorBoardUnavailable as exc:
                 self._say(f"tensorboard: not written ({exc}); metrics.jsonl and gradflow.jsonl are")
                 self.tensorboard_wanted = False
@@ -502,6 +503,9 @@ class Trainer:
         self._check_finite_weights(f"epoch {record['epoch']}")
         with self.signals.critical():
             self.ensure_run_folder()
+            # TensorBoard first: events past the checkpoint a crash leaves are purged on resume, while
+            # an epoch written after its checkpoint would be lost by a crash in between
+            self._tensorboard_epoch(record)
             if self.writes_files:
                 append_metrics_line(self.out_dir / "metrics.jsonl", json.dumps(record))
             crash_point("metrics-line")
@@ -513,7 +517,6 @@ class Trainer:
                 self.save(self.last_path.parent / "best.npz")
             self.save(self.last_path)
             crash_point("checkpoint")
-        self._tensorboard_epoch(record)
         self._say(f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} acc {record['train_accuracy']:.4f} | "
                   f"test loss {record['test_loss']:.4f} acc {record['test_accuracy']:.4f} | {record['seconds']:.0f}s")
         return record

@@ -266,3 +266,27 @@ def test_the_routing_ablation_trains_the_cnn_beside_the_capsnets(tmp_path, data)
     capsnet = read_json(out / "runs" / "routing1-no-reconstruction" / "seed-0" / "config.json")
     assert capsnet["reconstruction_weight"] == 0.0 and capsnet["routing_iterations"] == 1 and "cnn_channels" not in capsnet
     assert all(row["n"] == 1 for row in rows.values())
+
+
+def test_a_study_wide_model_option_reaches_every_run(registry):
+    register_study("cnn-only", {"small": {"cnn_hidden": [4, 4]}}, varies="nothing", epochs=1, seeds=1,
+                   options={"model": "cnn"})
+    plan = {"options": {"model": "cnn", "cnn_channels": [2, 2, 2]}, "epochs": 1}
+    options = study_runner.run_config(plan, {"options": {"cnn_hidden": [4, 4]}}, seed=0)
+    assert options["model"] == "cnn" and options["cnn_hidden"] == [4, 4]
+    assert study_runner.run_config({"options": {}, "epochs": 1}, {"options": {}}, seed=0)["model"] == "capsnet"
+
+
+def test_resume_never_adopts_run_folders_of_no_study(tmp_path, data, capsys):
+    stray = tmp_path / "stray"
+    (stray / "runs" / "paper-full" / "seed-0").mkdir(parents=True)
+    assert study("conventions", stray, data, "--resume") == 2
+    assert "holds run folders but no study.json" in capsys.readouterr().err
+
+
+def test_mean_curves_meet_at_the_steps_every_run_logged():
+    from tinygrad_caps.models.app.study_summary import _mean_curve
+    every_10 = {"step": [10, 20, 30, 40, 50], "t": [1.0, 2.0, 3.0, 4.0, 5.0]}
+    every_20 = {"step": [20, 40], "t": [20.0, 40.0]}
+    assert _mean_curve([every_10, every_20]) == {"step": [20, 40], "t": [11.0, 22.0]}
+    assert _mean_curve([every_10, {}]) == every_10

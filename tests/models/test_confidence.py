@@ -58,3 +58,9 @@ def test_mean_and_spread_by_hand():
     assert mean_and_spread([0.5]) == {"n": 1, "mean": 0.5, "std": None, "ci95": None}
     assert mean_and_spread([]) == {"n": 0, "mean": None, "std": None, "ci95": None}
     assert mean_and_spread([None, 0.25, 0.75])["n"] == 2
+
+
+def test_equal_values_have_exactly_no_spread():
+    for values in ([0.1] * 3, [0.9123] * 5):
+        spread = mean_and_spread(values)
+        assert spread["std"] == 0.0 and spread["ci95"] == [values[0], values[0]] and spread["mean"] == values[0]

@@ -31,9 +31,9 @@ def run(args) -> int:
     if args.study_command == "list":
         print(list_studies())
         return 0
+    if getattr(args, "tensorboard_out", None) is not None:  # before any training
+        check_out_folder(Path(args.tensorboard_out), resume=True)
     if args.study_command == "summary":
-        if args.tensorboard_out is not None:
-            check_out_folder(Path(args.tensorboard_out), resume=True)
         report_summary(args.out, args.tensorboard_out)
         return 0
     return run_study(args)
@@ -82,8 +82,6 @@ def run_study(args) -> int:
     plan = plan_study(study, args.out, given, explicit - set(STUDY_ONLY), seeds=seeds, epochs=args.epochs,
                       parameters={"max_depth": args.max_depth} if args.max_depth is not None else {},
                       resume=args.resume, command=command)
-    if args.tensorboard_out is not None:
-        check_out_folder(Path(args.tensorboard_out), resume=True)
     write_plan(Path(args.out), plan)
     deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
     result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
