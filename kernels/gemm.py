@@ -27,6 +27,21 @@ PRECISIONS = ("highest", "high")
 WORKSPACE_BYTES = 32 << 20
 LIBRARY_NAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so", "cublas64_13.dll", "cublas64_12.dll")
 
+
+
+def _library_names() -> tuple:
+    """LIBRARY_NAMES with CuPy's own CUDA major version first, so that dlopen returns the cuBLAS
+    CuPy has loaded already rather than a second one."""
+    try:
+        import cupy
+
+        major = cupy.cuda.runtime.runtimeGetVersion() // 1000
+    except Exception:  # noqa: BLE001  (no runtime to ask: the fixed order)
+        return LIBRARY_NAMES
+    own = tuple(name for name in LIBRARY_NAMES if f".{major}" in name or f"_{major}." in name)
+    return own + tuple(name for name in LIBRARY_NAMES if name not in own)
+
+
 # cublas_api.h and library_types.h
 _OP_N, _OP_T = 0, 1
 _R_32F, _R_64F = 0, 1
@@ -121,7 +136,7 @@ class _Cublas:
             from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads CuPy's own libcublas first)
 
             errors = []
-            for name in LIBRARY_NAMES:
+            for name in _library_names():
                 try:
                     cls._lib = ctypes.CDLL(name)
                     break

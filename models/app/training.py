@@ -243,11 +243,23 @@ class Trainer:
                     labels = tc.zeros(y.shape, dtype=np.int64, device=self.model.device)
                 self.captured_step = tc.cuda_graphs.CapturedStep(
                     lambda: self._train_step(images, labels.data), [images, labels], warmup=2)
-            self.captured_step(x, y.astype(np.int64, copy=False))
-            return
+            try:
+                self.captured_step(x, y.astype(np.int64, copy=False))
+                return
+            except tc.cuda_graphs.CaptureError as exc:
+                self._capture_failed(exc)  # "auto": this batch and the rest run eagerly
         with tc.backend.on_device(self.model.device):
             images = tc.tensor(x, device=self.model.device)
             self._train_step(images, tc.backend.asarray_like(y, images.data), traces)
+
+    def _capture_failed(self, exc) -> None:
+        """A capture that failed recorded work without running it: with --cuda-graph on that is a
+        UsageError; with auto the run says why in one line and goes on eagerly (the failed batch too)."""
+        if self.config.get("cuda_graph", "auto") == "on":
+            raise UsageError(f"--cuda-graph on: {exc}") from None
+        self.captured_step = None
+        self.graph_reason = str(exc)
+        self._say(f"CUDA graph: off ({exc}); training goes on without it")
 
     def _flush_sums(self) -> None:
         """Read the device sums into the epoch's running sums (TrainingDiverged if one is not finite),

@@ -58,6 +58,12 @@ def test_a_captured_training_run_equals_the_eager_one_and_resumes_on_the_stand_i
     assert output.split()[-1] == "ok"
 
 
+def test_a_capture_that_fails_falls_back_under_auto_and_is_refused_under_on(tmp_path):
+    output = run_standin([str(SUPPORT / "standin_scenarios.py"), "training_goes_on_eagerly_when_the_capture_fails",
+                          str(tmp_path)], devices=1)
+    assert output.split()[-1] == "ok"
+
+
 def test_the_trainer_takes_the_mode_as_a_keyword(data_dir, tmp_path):
     from tinygrad_caps.models.errors import UsageError
     from tinygrad_caps.models.training import Trainer

@@ -76,6 +76,25 @@ def test_capturable_adam_resumes_from_a_state_dict():
         assert optimizer.state_dict()["state"]["0"]["step"] == 8
 
 
+def test_adam_restores_its_state_into_the_arrays_a_graph_reads():
+    rng = np.random.default_rng(2)
+    with launch.run_numpy_arrays_with(Emulator()):
+        params = [tc.tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True)]
+        optimizer = tc.optim.Adam(params, lr=1e-2, capturable=True)
+        params[0].grad = tc.tensor(np.ones(3, np.float32))
+        optimizer.step()
+        arrays = {key: optimizer.state[0][key] for key in ("exp_avg", "exp_avg_sq")}
+        rates = optimizer._device_counters()
+        saved = optimizer.state_dict()
+        saved["state"]["0"] = dict(saved["state"]["0"], exp_avg=np.full(3, 0.5, np.float32), step=5)
+        optimizer.load_state_dict(dict(saved, hyperparameters=dict(saved["hyperparameters"], lr=3e-3)))
+        for key, array in arrays.items():
+            assert optimizer.state[0][key] is array
+        np.testing.assert_array_equal(arrays["exp_avg"], np.full(3, 0.5, np.float32))
+        assert all(now is before for now, before in zip(optimizer._device_counters(), rates))
+        assert float(rates[0][()] if rates[0].ndim == 0 else rates[0][0]) == np.float32(3e-3)
+
+
 def test_capturable_adam_needs_the_fused_kernel():
     params = [tc.tensor(np.ones(3, np.float32), requires_grad=True)]
     optimizer = tc.optim.Adam(params, capturable=True)

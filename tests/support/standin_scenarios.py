@@ -311,6 +311,30 @@ def training_captured_equals_eager(folder):
     print("ok")
 
 
+def training_goes_on_eagerly_when_the_capture_fails(folder):
+    """A model whose capsule prediction is too large for its kernel takes CuPy's einsum (cuBLAS),
+    which a capture refuses: "auto" says why in one line and trains on eagerly, equal to a run with
+    the graph off; "on" is a one-line UsageError."""
+    from tinygrad_caps.models.errors import UsageError
+
+    folder = Path(folder)
+    write_striped_dataset(folder / "data" / "tiny", (32, 8))
+    # DigitCaps' W[i] of 3 x 128 x 40 values does not fit the kernel's shared memory (12,288 float32)
+    config = dict(dataset="tiny", data_dir=str(folder / "data"), batch_size=8, epochs=1, lr=2e-3, lr_decay=0.5,
+                  seed=0, device="cuda", **dict(TINY_MODEL, primary_dim=40, digit_dim=128))
+    said = []
+    train(dict(config, cuda_graph="off"), folder / "eager", show_progress=False, log=lambda *a: None)
+    train(dict(config, cuda_graph="auto"), folder / "auto", show_progress=False, log=said.append)
+    fallback = [line for line in said if line.startswith("CUDA graph: off")]
+    assert len(fallback) == 1 and "cuBLAS" in fallback[0], said
+    runs = {run: json.loads((folder / run / "metrics.jsonl").read_text()) for run in ("eager", "auto")}
+    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        np.testing.assert_allclose(runs["auto"][key], runs["eager"][key], rtol=1e-6, err_msg=key)
+    expect(UsageError, lambda: train(dict(config, cuda_graph="on"), folder / "on", show_progress=False,
+                                     log=lambda *a: None), "a capture that fails under --cuda-graph on")
+    print("ok")
+
+
 def dlpack_on_the_gpu(_):
     """DLPack on stand-in GPU 1: a tensor's memory is shared with CuPy both ways, the device is
     kept, and a gradient on imported data flows as on any tensor."""
@@ -374,7 +398,7 @@ SCENARIOS = {f.__name__: f for f in (standin_refuses_what_cupy_refuses, tensor_a
                                      train_on_the_second_gpu, nccl_one_rank, nccl_runs_when_waited_for,
                                      capture_follows_cuda_rules, captured_training_equals_eager,
                                      gemm_layouts_and_precision, training_captured_equals_eager,
-                                     dlpack_on_the_gpu)}
+                                     dlpack_on_the_gpu, training_goes_on_eagerly_when_the_capture_fails)}
 
 if __name__ == "__main__":  # NAME[,NAME...] [DIR]
     for name in sys.argv[1].split(","):

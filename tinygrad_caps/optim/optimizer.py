@@ -166,8 +166,9 @@ class Adam(Optimizer):
     @lr.setter
     def lr(self, value):
         self._lr = value
-        if self._device_lr is not None:  # a replayed graph reads the rate from here
-            self._device_lr.fill(float(value))
+        if self._device_lr is not None:  # a replayed graph reads the rate from here, on its GPU's stream
+            with backend.on_device_of(self._device_lr):
+                self._device_lr.fill(float(value))
 
     def step(self) -> None:
         """Update every parameter that has a gradient (see the class docstring for ``capturable``)."""
@@ -227,13 +228,23 @@ class Adam(Optimizer):
         return super().state_dict()
 
     def load_state_dict(self, state: dict) -> None:
+        # A captured graph reads the moments, the rate and the counts where they are: restore them into
+        # the same arrays (new arrays would leave the graph reading freed memory).
+        before = [dict(s) for s in self.state]
         super().load_state_dict(state)
+        for old, new in zip(before, self.state):
+            for key, value in new.items():
+                if getattr(old.get(key), "shape", None) is not None and getattr(value, "shape", None) == old[key].shape:
+                    with backend.on_device_of(old[key]):
+                        old[key][...] = value
+                    new[key] = old[key]
         if self._device_steps is not None:
             lr, steps = self._device_lr, self._device_steps
             self._device_lr = self._device_steps = None
             new_lr, new_steps = self._device_counters()
-            lr[...] = new_lr  # the same arrays, which a captured graph may read
-            steps[...] = new_steps
+            with backend.on_device_of(lr):
+                lr[...] = new_lr
+                steps[...] = new_steps
             self._device_lr, self._device_steps = lr, steps
 
     def update(self, param, grad, state):
