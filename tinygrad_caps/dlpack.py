@@ -6,9 +6,13 @@
 The data is shared, never copied, where the two sides live on the same device: a write on either
 side is seen on the other. Strides and dtypes are kept (a transposed PyTorch tensor arrives as a
 transposed view). What DLPack cannot express is refused or copied as the protocol says: a
-producer that cannot export (a read-only NumPy array under DLPack 0.x) raises its BufferError, and
-``copy=True`` asks for a copy instead. A tensor made from another library's memory is a leaf;
-``requires_grad=True`` makes it one that gradients reach (the other library does not see them).
+producer that cannot export raises its BufferError, and ``copy=True`` asks for a copy instead. A
+read-only NumPy array arrives read-only here; PyTorch's ``from_dlpack`` ignores that flag (it does
+so for the NumPy array itself too), so a tensor over read-only memory handed to PyTorch is writable
+there. A tensor made from another library's memory is a leaf; ``requires_grad=True`` makes it one
+that gradients reach (the other library does not see them). ``from_dlpack`` of one of our own
+Tensors shares its version counter, as ``detach`` does, so an in-place change through either is
+caught by a backward that saved the other; a change made by another library is not.
 """
 from __future__ import annotations
 
@@ -35,7 +39,11 @@ def from_dlpack(obj, requires_grad: bool = False, copy: bool | None = None) -> T
         no DLPack, ValueError for a device type tinygrad_caps has no arrays for.
     """
     if isinstance(obj, Tensor):
-        obj = obj.data
+        if copy:
+            return leaf(obj.data.copy(), requires_grad=requires_grad)
+        shared = leaf(obj.data, requires_grad=requires_grad)
+        shared._vc = obj._shared_version_counter()
+        return shared
     if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
         raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ and __dlpack_device__ "
                         "(a raw DLPack capsule is not accepted: pass the array or tensor that made it)")

@@ -75,8 +75,8 @@ def to_dot(outputs, params=None, show_shapes: bool = True, show_backward: bool =
 
 def draw(outputs, path, params=None, **options) -> Path:
     """Write the drawing of ``to_dot(outputs, params, **options)`` to ``path`` (.svg, .png or .pdf)
-    with Graphviz: the ``graphviz`` Python package if installed, else the ``dot`` program. Returns
-    the path. A missing Graphviz is a RuntimeError saying how to install it."""
+    with Graphviz's ``dot`` program. Returns the path. A missing Graphviz is a RuntimeError saying
+    how to install it."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"graph.draw: {path.name} must end in {', '.join(FORMATS)}")
@@ -88,7 +88,8 @@ def draw(outputs, path, params=None, **options) -> Path:
     result = subprocess.run([dot, f"-T{path.suffix.lower()[1:]}", "-o", str(path)], input=text, text=True,
                             capture_output=True)
     if result.returncode != 0:
-        raise RuntimeError(f"dot failed on the graph: {result.stderr.strip().splitlines()[-1:]}")
+        last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        raise RuntimeError(f"dot failed on the graph: {last}")
     return path
 
 
@@ -167,13 +168,17 @@ class _Graph:
     def render(self, cluster_routing: bool) -> str:
         lines = ["digraph tape {", '  rankdir=BT; node [fontname="Helvetica", fontsize=10]; '
                  'edge [fontname="Helvetica", fontsize=8];']
+        # DOT names in the order the nodes were met (t0, t1, ... and f0, f1, ...): the same graph
+        # gives the same text, whatever addresses its objects had
+        names = {_node_id(t): f"t{k}" for k, t in enumerate(self.leaves.values())}
+        names.update({_node_id(fn): f"f{k}" for k, fn in enumerate(self.ops.values())})
         for t in self.leaves.values():
-            label = self.leaf_label(t) + (f"\\n{_escape(self._tensor_text(t))}" if self.show_shapes else "")
-            lines.append(f'  {_node_id(t)} [shape=ellipse, style=filled, fillcolor="#dbe9f6", label="{_escape_keep(label)}"];')
+            label = _escape(self.leaf_label(t)) + (f"\\n{_escape(self._tensor_text(t))}" if self.show_shapes else "")
+            lines.append(f'  {names[_node_id(t)]} [shape=ellipse, style=filled, fillcolor="#dbe9f6", label="{label}"];')
         clusters = {}
         for fn in self.ops.values():
             style = ' style=filled, fillcolor="#fde2c8",' if id(fn) in self.backward else ""
-            line = f'  f{id(fn)} [shape=box,{style} label="{_escape(fn.name)}"];'
+            line = f'  {names[_node_id(fn)]} [shape=box,{style} label="{_escape(fn.name)}"];'
             if id(fn) in self.backward:
                 clusters.setdefault("backward", []).append(line)
             elif cluster_routing and fn.scope and fn.scope.startswith(ROUTING_SCOPE):
@@ -187,6 +192,7 @@ class _Graph:
         for node, label in self.outputs:
             lines.append(f'  {node} [shape=doubleoctagon, label="{_escape(label)}"];')
         for source, target, label in self.edges:
+            source, target = names.get(source, source), names.get(target, target)
             lines.append(f'  {source} -> {target}' + (f' [label="{_escape(label)}"];' if label else ";"))
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -206,6 +212,3 @@ def _escape(text: str) -> str:
     return str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _escape_keep(text: str) -> str:
-    """Escape quotes only (the label already holds DOT's \\n line breaks)."""
-    return str(text).replace('"', '\\"')

@@ -49,6 +49,20 @@ def test_strides_and_0d_arrays_are_kept():
     assert torch.from_dlpack(scalar).item() == 2.5
 
 
+def test_a_tensor_shared_with_itself_keeps_one_version_counter():
+    from tinygrad_caps.errors import GraphError
+
+    a = tc.tensor(np.ones(3), requires_grad=True)
+    y = F.sum(a * a)
+    shared = tc.from_dlpack(a)
+    assert np.shares_memory(shared.data, a.data)
+    with tc.no_grad():
+        shared.add_(1.0)
+    with pytest.raises(GraphError):
+        y.backward()  # a's saved value changed through the shared tensor
+    assert not np.shares_memory(tc.from_dlpack(a, copy=True).data, a.data)
+
+
 def test_a_copy_when_asked_and_clear_errors():
     array = np.ones(3)
     copied = tc.from_dlpack(array, copy=True)

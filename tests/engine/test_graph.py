@@ -38,6 +38,24 @@ def test_a_small_graph_is_drawn_node_for_node():
     assert "(2, 3) float64" not in tc.graph.to_dot(y, show_shapes=False)
 
 
+def test_the_text_is_the_same_for_the_same_graph_and_names_are_escaped():
+    def graph():
+        a = tc.tensor(np.ones(3), requires_grad=True)
+        return F.sum(a * a), a
+
+    (y1, a1), (y2, a2) = graph(), graph()
+    assert tc.graph.to_dot(y1, params={"a": a1}) == tc.graph.to_dot(y2, params={"a": a2})
+    for name in ('c\\', 'x\\"y', "\\N", 'say "hi"'):
+        dot = tc.graph.to_dot(y1, params={name: a1}, show_shapes=False)
+        label = re.search(r'^\s*t0 \[.*label="((?:[^"\\]|\\.)*)"\];$', dot, re.M)
+        assert label is not None, dot
+        assert re.sub(r"\\(.)", r"\1", label.group(1)) == name  # the label reads back as the name
+    if shutil.which("dot"):
+        import subprocess
+        dot = tc.graph.to_dot(y1, params={'x\\"y': a1})
+        assert subprocess.run(["dot", "-Tsvg"], input=dot, text=True, capture_output=True).returncode == 0
+
+
 @pytest.mark.parametrize("iterations", [1, 3])
 def test_capsnet_graph_matches_the_tape_and_boxes_each_routing_iteration(iterations):
     model, loss = capsnet_loss(iterations)

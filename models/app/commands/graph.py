@@ -73,6 +73,6 @@ def run(args) -> int:
         tc.graph.draw(loss, out, **options)
     counts = tc.graph.tape_counts(loss)
     print(f"{counts['ops']} ops, {counts['leaves']} leaves, {counts['edges']} edges in the forward graph"
-          f"{' (and the backward graph)' if args.backward else ''}")
+          f"{', drawn with its backward graph' if args.backward else ''}")
     print(f"written: {out}")
     return 0
