@@ -12,6 +12,7 @@ from pathlib import Path
 
 import tinygrad_caps as tc
 
+from ..capsnet.config import MAX_ROUTING_ITERATIONS  # noqa: F401  (its old home, for scripts)
 from ..errors import UsageError
 
 MAX_LOSS_WEIGHT = 1000.0

@@ -104,6 +104,10 @@ class OptionError(ValueError):
         self.field, self.reason = field, reason
 
 
+class UnknownOptionError(ValueError, TypeError):
+    """A keyword that names no option of the config."""
+
+
 def _shown(value) -> str:
     text = repr(value)
     return type(value).__name__ + (f" {text}" if len(text) < 40 else "")
@@ -236,7 +240,12 @@ class ModelConfig:
         return {self.key(f): _json_form(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def replace(self, **changes):
-        """A copy with ``changes`` (field names) applied and checked."""
+        """A copy with ``changes`` (field names) applied and checked; an unknown name is an
+        UnknownOptionError (a ValueError, and a TypeError as for any unexpected keyword)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise UnknownOptionError(f"{type(self).__name__}: unknown option{'s' * (len(unknown) > 1)} "
+                                     f"{', '.join(unknown)}")
         return dataclasses.replace(self, **changes)
 
     # the mapping view: what model.config was before it became a dataclass

@@ -58,6 +58,10 @@ def test_dict_form_round_trips_and_bad_values_name_the_field():
         BaselineCNNConfig(dropout=1.0)
     with pytest.raises(ValueError, match="channels"):
         BaselineCNNConfig(channels=(4, 4))
+    for make in (lambda: CapsNet(colour="red"), lambda: CapsNetConfig().replace(colour="red"),
+                 lambda: BaselineCNN(colour="red")):
+        with pytest.raises(ValueError, match="unknown option colour"):  # a TypeError too, as Python's own
+            make()
 
 
 def test_models_take_a_config_or_keywords_and_read_as_before():

@@ -19,8 +19,8 @@ from ..progress import bars_wanted, progress_shown
 from ..training import limited
 
 # Scripts import these under the old name tinygrad_caps.models.visualize.
-from ...analysis.pictures import display_image  # noqa: E402,F401,I001
-from ...analysis.probes import capsule_outputs, decode, predict, transformed  # noqa: E402,F401
+from ...analysis.pictures import display_image, draw_reconstructions  # noqa: E402,F401,I001
+from ...analysis.probes import DIRECTIONS, capsule_outputs, decode, predict, transformed  # noqa: E402,F401
 
 WHATS = ("reconstructions", "perturbation", "robustness")
 DEFAULT_COUNTS = {"reconstructions": 16, "perturbation": 3, "robustness": 500}
