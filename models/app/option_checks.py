@@ -14,6 +14,7 @@ import tinygrad_caps as tc
 
 from ..capsnet.config import MAX_ROUTING_ITERATIONS  # noqa: F401  (its old home, for scripts)
 from ..errors import UsageError
+from .output_paths import can_create_in
 
 MAX_LOSS_WEIGHT = 1000.0
 MAX_SEED = 2 ** 63 - 1
@@ -83,7 +84,7 @@ def seed(text) -> int:
 
 
 def check_out_folder(out, resume: bool) -> Path:
-    """Raise UsageError unless ``out`` can be (or already is) a writable run folder; creates nothing.
+    """Raise UsageError unless ``out`` can be (or already is) a writable run folder; leaves nothing behind.
 
     Checks: not an existing file, every name within the file system's limit, and the folder (or
     the nearest folder above it that exists) writable.
@@ -107,7 +108,7 @@ def check_out_folder(out, resume: bool) -> Path:
         raise UsageError(f"--out {out} is an existing file, not a folder")
     if not existing.is_dir():
         raise UsageError(f"--out {out}: {existing} is a file, so no folder can be made under it")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not can_create_in(existing):
         raise UsageError(f"--out {out}: the folder {existing} is not writable")
     if resume and out.is_dir() and not os.access(out / "checkpoints" if (out / "checkpoints").is_dir() else out,
                                                  os.W_OK | os.X_OK):

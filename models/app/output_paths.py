@@ -8,6 +8,7 @@ left to matplotlib, which would write ``NAME.png`` while the command reported ``
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from ..analysis.figure_style import PICTURE_SUFFIXES
@@ -46,7 +47,7 @@ def check_picture_path(path, option: str, sidecars=()) -> Path:
 def check_writable_file(path, option: str) -> Path:
     """Raise UsageError unless the file ``path`` can be written (replaced where it exists); the folders
     above it may be missing (they are created on writing) but the nearest existing one must be a
-    writable folder. Creates nothing."""
+    writable folder. Leaves nothing behind."""
     path = Path(path)
     absolute = path.absolute()
     name_max, path_max = _limits(_nearest_existing(absolute))
@@ -65,9 +66,24 @@ def check_writable_file(path, option: str) -> Path:
     existing = _nearest_existing(absolute.parent)
     if not _is_dir(existing):
         raise UsageError(f"{option} {path}: {existing} is a file, so no file can be made under it")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not can_create_in(existing):
         raise UsageError(f"{option} {path}: the folder {existing} is not writable")
     return path
+
+
+def can_create_in(folder) -> bool:
+    """Whether a file can be made in ``folder``: tried, not inferred from the permission bits (root
+    passes every access check, yet cannot create files in /proc or on a read-only mount); the
+    trial file is removed at once."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        handle, name = tempfile.mkstemp(dir=folder, prefix=".tinygrad-caps-write-check-")
+    except OSError:
+        return False
+    os.close(handle)
+    os.unlink(name)
+    return True
 
 
 def run_folder(checkpoint) -> Path:

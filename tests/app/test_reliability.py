@@ -14,6 +14,7 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.data import IDXError, read_idx, write_idx
 from tinygrad_caps.models import cli, training
+from tinygrad_caps.models.errors import UsageError
 
 TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
         "--kernel-size", "3", "--batch-size", "8", "--no-progress", "--device", "cpu"]
@@ -103,6 +104,21 @@ def test_an_unusable_out_is_one_line(data_dir, tmp_path, capsys, problem):
            "name too long": tmp_path / ("x" * 300)}[problem]
     line, _ = one_line_error(capsys, cli.main(train_args(data_dir, out)))
     assert "--out" in line
+
+
+def test_a_folder_where_no_file_can_be_made_is_refused_before_any_work(data_dir, tmp_path, capsys, monkeypatch):
+    """As root every access check passes, yet /proc or a read-only mount takes no new file: the
+    check tries to make one."""
+    from tinygrad_caps.models.app import output_paths
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(output_paths.tempfile, "mkstemp", read_only)
+    line, _ = one_line_error(capsys, cli.main(train_args(data_dir, tmp_path / "run")))
+    assert "--out" in line and "not writable" in line and not (tmp_path / "run").exists()
+    with pytest.raises(UsageError, match="not writable"):
+        output_paths.check_picture_path(tmp_path / "r.png", "--reconstructions")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")

@@ -149,7 +149,7 @@ def test_a_png_with_a_misread_chunk_is_refused_naming_it(tmp_path):
     assert f"{broken}: unreadable image (broken PNG file" in line
 
 
-@pytest.mark.parametrize("kind", ["symlink loop", "dangling symlink", "fifo"])
+@pytest.mark.parametrize("kind", ["symlink loop", "dangling symlink", "fifo", "folder"])
 def test_an_image_that_is_not_a_readable_file_is_refused_not_skipped(tmp_path, kind):
     root = write_image_folder(tmp_path / "images")
     odd = root / "train" / "b" / "odd.png"
@@ -157,6 +157,8 @@ def test_an_image_that_is_not_a_readable_file_is_refused_not_skipped(tmp_path, k
         os.symlink(odd.name, odd)
     elif kind == "dangling symlink":
         os.symlink("nowhere.png", odd)
+    elif kind == "folder":
+        odd.mkdir()
     else:
         os.mkfifo(odd)
     line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
@@ -167,6 +169,23 @@ def test_an_image_folder_with_one_class_is_refused(tmp_path):
     root = write_image_folder(tmp_path / "images", classes=("only",))
     line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
     assert "a single class folder (only)" in line and "at least 2" in line and str(root / "train") in line
+
+
+def test_a_test_split_with_an_unknown_class_is_refused_before_anything_is_cached(tmp_path):
+    root = write_image_folder(tmp_path / "images")
+    (root / "test" / "z").mkdir()
+    (root / "test" / "z" / "0.png").write_bytes((root / "test" / "a" / "0.png").read_bytes())
+    line = refused(tmp_path, train_argv("imagefolder", root, tmp_path / "run", "--image-size", "8"))
+    assert "class folder(s) z are not among the training classes" in line
+    assert not list((tmp_path / "cache").rglob("*.npy"))
+
+
+def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a dataset")
+    for dataset in ("fashion-mnist", "tiny", "imagefolder"):
+        line = refused(tmp_path, train_argv(dataset, afile, tmp_path / "run"))
+        assert f"--data-dir {afile} is a file, not a folder" in line
 
 
 # ---------------------------------------------------------------- 6. a partial --data-dir, never the cache

@@ -72,7 +72,10 @@ def _listing(folder: Path, classes: list[str]) -> list[tuple[str, int, int, int]
         if not class_dir.is_dir():
             continue
         # is_dir() is False for a symlink loop: such entries reach _image_stat, which refuses them
-        files = sorted(p for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
+        files = sorted(p for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        folders = [p for p in files if p.is_dir()]
+        if folders:
+            raise DatasetError(f"{folders[0]}: unreadable image (a folder, not a file)")
         if not files:
             raise DatasetError(f"{class_dir}: the class {name!r} holds no images ({', '.join(IMAGE_SUFFIXES)})")
         for p in files:
@@ -154,6 +157,8 @@ def load_image_folder(root, split: str = "train", image_size: int = 32, channels
     classes = folder_classes(root)
     folder = _split_dir(root, split)
     entries = _listing(folder, classes)
+    if split == "train" and (Path(root) / "test").is_dir():
+        _listing(Path(root) / "test", classes)  # refuse a bad test split before the training split is cached
     identity = [str(folder.resolve()), image_size, channels, classes, entries]
     key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()
     cache_dir = cache_root() / "imagefolder"

@@ -8,6 +8,7 @@ training batches its ``train_preprocess`` and default ``augment``, and every eva
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -155,7 +156,14 @@ def dataset_spec(name: str, data_dir=None, image_size: int | None = None, channe
     ``image_size`` and ``channels`` choose the geometry of an ``imagefolder`` (default 32 and 3);
     for other datasets they may only repeat the registered values (a checkpoint's config does).
     """
+    _require_folder(data_dir)
     return REGISTRY.get(name, _idx_spec)(name, data_dir, image_size, channels)
+
+
+def _require_folder(data_dir) -> None:
+    """DatasetError when ``data_dir`` exists but is not a folder (no dataset can be put into it)."""
+    if data_dir is not None and Path(data_dir).exists() and not Path(data_dir).is_dir():
+        raise DatasetError(f"--data-dir {data_dir} is a file, not a folder")
 
 
 def load_dataset(name: str, split: str = "train", data_dir=None, download_missing: bool | None = None, *,
@@ -174,6 +182,7 @@ def load_dataset(name: str, split: str = "train", data_dir=None, download_missin
     """
     if split not in ("train", "test"):
         raise ValueError(f"load_dataset: split must be 'train' or 'test', got {split!r}")
+    _require_folder(data_dir)
     if name in REGISTRY:
         return dataset_spec(name, data_dir, image_size, channels).load(split, data_dir, download_missing)
     return load_idx_dataset(name, split, data_dir, download_missing)
