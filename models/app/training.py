@@ -392,7 +392,11 @@ class Trainer:
             raise tc.CheckpointError(f"{self.last_path}: rng holds an unusable generator state ({exc})") from exc
         self.state = progress
         self.resumed_step = self._global_step()  # the gradflow log is cut back to it
-        self._say(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
+        if self.state["epoch"] >= self.config["epochs"]:
+            self._say(f"{self.out_dir} has trained its {self.state['epoch']} epochs: nothing to train "
+                      f"(--epochs N with N > {self.state['epoch']} extends it)")
+        else:
+            self._say(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
 
     def save(self, path):
         """Write a checkpoint of the whole run state to ``path`` (refused if a weight is non-finite)."""

@@ -91,6 +91,9 @@ def test_resume_may_extend_the_epochs_and_records_them(data_dir, tmp_path, capsy
     assert "--epochs changes from 1 to 2" in capsys.readouterr().out
     assert json.loads((out / "config.json").read_text())["epochs"] == 2
     assert [m["epoch"] for m in metrics(out)] == [1, 2]
+    assert cli.main(["train", "--resume", "--out", str(out), "--no-progress"]) == 0  # finished: says so
+    assert "has trained its 2 epochs: nothing to train" in capsys.readouterr().out
+    assert [m["epoch"] for m in metrics(out)] == [1, 2]
 
 
 def test_the_library_trainer_refuses_another_model_on_resume(data_dir, tmp_path):
