@@ -28,7 +28,6 @@ WORKSPACE_BYTES = 32 << 20
 LIBRARY_NAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so", "cublas64_13.dll", "cublas64_12.dll")
 
 
-
 def _library_names() -> tuple:
     """LIBRARY_NAMES with CuPy's own CUDA major version first, so that dlopen returns the cuBLAS
     CuPy has loaded already rather than a second one."""

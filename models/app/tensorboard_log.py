@@ -80,9 +80,9 @@ class TensorBoardLog:
                 self.writer.add_histogram(f"gradient/{name}", _host(parameter.grad.data), step)
 
     def reconstructions(self, step: int, images, reconstructions) -> None:
-        """Images (N, C, H, W) above their reconstructions, as one picture at ``step``; each image
-        in [0, 1] as it is, and one outside that range (smallNORB's are standardised) rescaled by
-        its own minimum and maximum, the reconstruction below it with it."""
+        """Images (N, C, H, W) above their reconstructions, as one picture at ``step``: images in
+        [0, 1] as they are; standardised ones (smallNORB's) rescaled, each by its own minimum and
+        maximum, with its reconstruction rescaled alike."""
         images, reconstructions = _host(images), _host(reconstructions).reshape(images.shape)
         if images.min() < 0.0 or images.max() > 1.0:
             low = images.min(axis=(1, 2, 3), keepdims=True)
