@@ -61,15 +61,12 @@ def to_dot(outputs, params=None, show_shapes: bool = True, show_backward: bool =
     if show_backward:
         from .autograd.engine import grad
 
-        leaves = [leaf for leaf in graph.leaves.values()]
-        seeds = [o for o in outputs]
-        total = seeds[0].sum() if len(seeds) == 1 else sum(o.sum() for o in seeds)
+        leaves = list(graph.leaves.values())
+        total = outputs[0].sum() if len(outputs) == 1 else sum(o.sum() for o in outputs)
         gradients = grad(total, leaves, create_graph=True, retain_graph=True, allow_unused=True)
-        graph.backward = {id(fn) for fn in graph.walk([g for g in gradients if g is not None and g.requires_grad])}
-        graph.backward -= forward_nodes
-        graph.add_outputs([g for g in gradients if g is not None and g.requires_grad],
-                          [f"d/d {graph.leaf_label(leaf)}" for leaf, g in zip(leaves, gradients)
-                           if g is not None and g.requires_grad])
+        drawn = [(leaf, g) for leaf, g in zip(leaves, gradients) if g is not None and g.requires_grad]
+        graph.backward = {id(fn) for fn in graph.walk([g for _, g in drawn])} - forward_nodes
+        graph.add_outputs([g for _, g in drawn], [f"d/d {graph.leaf_label(leaf)}" for leaf, _ in drawn])
     return graph.render(cluster_routing)
 
 
@@ -149,8 +146,8 @@ class _Graph:
                     continue
                 if not isinstance(edge, Function):
                     self.leaves[id(edge)] = edge
-                self.edges.append((_node_id(edge), f"f{id(fn)}", self._tensor_text(x)))
-        for k, (t, label) in enumerate(zip(tensors, labels)):
+                self.edges.append((_node_id(edge), _node_id(fn), self._tensor_text(x)))
+        for t, label in zip(tensors, labels):
             node = f"o{len(self.outputs)}"
             self.outputs.append((node, f"{label}\n{self._tensor_text(t)}" if self.show_shapes else label))
             source = _node_id(t.creator) if t.creator is not None else _node_id(t)

@@ -13,6 +13,7 @@ from tinygrad_caps.backend import to_numpy
 
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
 from ..capsnet.routing import GRADIENT_MODES
+from ..capsnet.routing_layers import gradient_mode_refusal
 from .routing_statistics import network_scores, per_iteration, routing_statistics
 
 HESSIAN_PARAMETER = "digit.weight"
@@ -52,9 +53,10 @@ def check_mode(model, mode: str, who: str = "gradient_flow_report") -> None:
     if mode not in GRADIENT_MODES:
         raise ValueError(f"{who}: mode must be one of {GRADIENT_MODES}, got {mode!r}")
     for _, layer in routing_layers(model):
-        if mode not in getattr(layer, "gradient_modes", GRADIENT_MODES):
-            raise ValueError(f"{who}: routing {getattr(layer, 'routing', '?')!r} is not iterative: it has no {mode!r} "
-                             f"gradient mode (its modes: {', '.join(layer.gradient_modes)})")
+        refusal = gradient_mode_refusal(getattr(layer, "routing", "?"), mode,
+                                        getattr(layer, "gradient_modes", GRADIENT_MODES))
+        if refusal:
+            raise ValueError(f"{who}: {refusal}")
 
 
 def routing_gradient(model, mode: str):

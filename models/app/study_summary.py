@@ -76,11 +76,11 @@ def _inner_share(layer: dict):
 def line_figures(line: dict) -> dict:
     """The gradient-flow figures of one ``gradflow.jsonl`` line (see the module docstring)."""
     network = line.get("network") or network_scores(line["layers"])
-    lowest = line["layers"][0]["iterations"]
+    lowest = _path_norms(line["layers"][0]["iterations"])
     cosine = line.get("mode_cosine") or {}
     return {"t_score": network["t_score"], "d_score": network["d_score"], "digit_d_score": network["digit_d_score"],
             "inner_share": _inner_share(line["layers"][-1]),
-            "lowest_grad_norm": None if _path_norms(lowest) is None else sum(_path_norms(lowest)),
+            "lowest_grad_norm": None if lowest is None else sum(lowest),
             "mode_cosine": cosine.get("all")}
 
 

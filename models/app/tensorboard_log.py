@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tinygrad_caps.backend import to_numpy
 
 EXPORT_SUFFIX = ".export"  # the event files of `plot`/`study --tensorboard-out`
 
@@ -74,16 +75,16 @@ class TensorBoardLog:
                                                value, step)
         for trace in traces:
             for r, coupling in enumerate(trace.coupling):
-                self.writer.add_histogram(f"coupling/{trace.name or 'digit'}/iteration_{r}", _host(coupling.data), step)
+                self.writer.add_histogram(f"coupling/{trace.name or 'digit'}/iteration_{r}", to_numpy(coupling.data), step)
         for name, parameter in parameters:
             if parameter.grad is not None:
-                self.writer.add_histogram(f"gradient/{name}", _host(parameter.grad.data), step)
+                self.writer.add_histogram(f"gradient/{name}", to_numpy(parameter.grad.data), step)
 
     def reconstructions(self, step: int, images, reconstructions) -> None:
         """Images (N, C, H, W) above their reconstructions, as one picture at ``step``: images in
         [0, 1] as they are; standardised ones (smallNORB's) rescaled, each by its own minimum and
         maximum, with its reconstruction rescaled alike."""
-        images, reconstructions = _host(images), _host(reconstructions).reshape(images.shape)
+        images, reconstructions = to_numpy(images), to_numpy(reconstructions).reshape(images.shape)
         if images.min() < 0.0 or images.max() > 1.0:
             low = images.min(axis=(1, 2, 3), keepdims=True)
             span = np.maximum(images.max(axis=(1, 2, 3), keepdims=True) - low, 1e-12)
@@ -114,7 +115,3 @@ def export_run(metrics: list, gradflow: list, folder) -> int:
     finally:
         log.close()
     return len(metrics) + len(gradflow)
-
-
-def _host(array) -> np.ndarray:
-    return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else np.asarray(array)

@@ -301,8 +301,7 @@ class Trainer:
             return
         log.epoch(record)
         if isinstance(self.model, CapsNet):
-            images = self.spec.test_preprocess(self.test_images[:8]) if self.spec.test_preprocess else \
-                self.test_images[:8].astype(np.float32) / 255.0
+            images = self.spec.preprocess(self.test_images[:8])  # as evaluated: no augmentation
             with tc.no_grad(), tc.backend.on_device(self.model.device):
                 self.model.eval()
                 x = tc.tensor(images, device=self.model.device)
@@ -474,8 +473,9 @@ class Trainer:
                     record = self.gradflow_log.write(state["epoch"] + 1, state["step"], self._global_step(),
                                                      self.model.digit.gradient, traces,
                                                      self.mode_cosine if self.config.get("log_mode_cosine") else None)
-                    if self._tensorboard_log() is not None:
-                        self.tensorboard.gradflow(record, traces, self.model.named_parameters())
+                    tensorboard = self._tensorboard_log()
+                    if tensorboard is not None:
+                        tensorboard.gradflow(record, traces, self.model.named_parameters())
                 if bar is not None:  # tqdm itself shows images/s
                     bar.update(len(y) * self.shard[1])  # every rank trained on as many images
                     if flush:
