@@ -158,16 +158,19 @@ class CapsuleLayer(RoutingLayer):
                          gradient=gradient, bias=bias, leaky_routing=leaky_routing, squash=squash)
 
     def forward(self, u, return_coupling=False, return_trace=False, activations=None):
-        u_hat = F.capsule_predict(u, self.weight)
+        return self._routed(F.capsule_predict(u, self.weight), return_coupling, return_trace)
+
+    def route_votes(self, u_hat, u, activations, trace):
+        routed = self._routed(u_hat, False, trace)
+        return Routed(routed[0], None, routed[1]) if trace else Routed(routed)
+
+    def _routed(self, u_hat, return_coupling, return_trace):
+        """dynamic_routing's or uniform_routing's result on the votes u_hat (B, I, J, D)."""
         if self.routing == "uniform":
             return uniform_routing(u_hat, self.bias, return_coupling, leaky_routing=self.leaky_routing,
                                    trace=return_trace, squash=self.squash)
         return dynamic_routing(u_hat, self.iterations, self.gradient, return_coupling, trace=return_trace,
                                leaky_routing=self.leaky_routing, bias=self.bias, squash=self.squash)
-
-    def route(self, u, activations=None, trace: bool = False) -> Routed:
-        routed = self.forward(u, return_trace=trace)
-        return Routed(routed[0], None, routed[1]) if trace else Routed(routed)
 
 
 class DigitCaps(CapsuleLayer):
