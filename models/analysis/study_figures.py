@@ -44,8 +44,6 @@ def plot_study_summary(summary: dict, path) -> bool:
                         **series_style(k, len(rows), len(learning["epoch"])))
     curves.set(xlabel="epoch", ylabel=f"{summary['metric']} (mean over seeds)", title="learning curves")
     integer_ticks(curves.xaxis)
-    if any(row["curves"]["learning"] for row in rows):
-        curves.legend(fontsize=7)
     for ax, name in zip(axes[2:], figures):
         for k, row in enumerate(rows):
             gradflow = row["curves"]["gradflow"]
@@ -60,9 +58,15 @@ def plot_study_summary(summary: dict, path) -> bool:
         ax.set(xlabel="training step", title=label + scale + "\n(mean over seeds, logged steps)")
         if name in LOG_FIGURES and ax.lines:
             ax.set_yscale("log")
-        if ax.lines:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+    # one legend for every curve panel, below them: a legend inside a panel hid the curves under it
+    drawn = {}
+    for ax in axes[1:]:
+        for line in ax.lines:
+            drawn.setdefault(line.get_label(), line)
+    if drawn:
+        fig.legend(list(drawn.values()), list(drawn), loc="lower center", ncol=min(len(drawn), 8), fontsize=8,
+                   frameon=False)
+    fig.tight_layout(rect=(0, 0.1 if drawn else 0, 1, 1))
     fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
     plt.close(fig)
     return True
