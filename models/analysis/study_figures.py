@@ -13,6 +13,8 @@ FIGURE_LABELS = {"inner_share": "inner iterations' share of |grad u_hat| (DigitC
 
 
 LOG_FIGURES = ("mode_cosine", "t_score")  # drawn on a log axis (1 - cos for the cosine)
+# 1 - cos below this is float64 rounding of identical gradients (1 iteration's "modes"), not a figure
+COSINE_ROUNDING = 1e-12
 
 
 def plot_study_summary(summary: dict, path) -> bool:
@@ -50,12 +52,13 @@ def plot_study_summary(summary: dict, path) -> bool:
             if gradflow and any(v is not None for v in gradflow[name]):
                 values = [None if v is None else (1.0 - v if name == "mode_cosine" else v) for v in gradflow[name]]
                 if name in LOG_FIGURES:  # zeros (and rounding below them) are left out of a log axis
-                    values = [v if v is not None and v > 0 else None for v in values]
+                    floor = COSINE_ROUNDING if name == "mode_cosine" else 0.0
+                    values = [v if v is not None and v > floor else None for v in values]
                 ax.plot(gradflow["step"], [float("nan") if v is None else v for v in values], label=row["config_id"],
                         color=f"C{k % 10}", **series_style(k, len(rows), len(gradflow["step"])))
         label = "1 - " + FIGURE_LABELS[name] if name == "mode_cosine" else FIGURE_LABELS[name]
-        scale = " (log; 0 not drawn)" if name in LOG_FIGURES else ""
-        ax.set(xlabel="training step", title=label + scale + "\n(mean over seeds, logged steps)")
+        scale = {"mode_cosine": "log scale; < 1e-12 (rounding) not drawn", "t_score": "log scale; 0 not drawn"}
+        ax.set(xlabel="training step", ylabel=scale.get(name, ""), title=f"{label}\n(mean over seeds, logged steps)")
         if name in LOG_FIGURES and ax.lines:
             ax.set_yscale("log")
     # one legend for every curve panel, below them: a legend inside a panel hid the curves under it
