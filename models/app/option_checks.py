@@ -83,11 +83,12 @@ def seed(text) -> int:
     return value
 
 
-def check_out_folder(out, resume: bool) -> Path:
+def check_out_folder(out, resume: bool, option: str = "--out") -> Path:
     """Raise UsageError unless ``out`` can be (or already is) a writable run folder; leaves nothing behind.
 
-    Checks: not an existing file, every name within the file system's limit, and the folder (or
-    the nearest folder above it that exists) writable.
+    ``option`` names the folder's option in the messages. Checks: not an existing file, every name
+    within the file system's limit, and the folder (or the nearest folder above it that exists)
+    writable.
     """
     out = Path(out)
     existing = out.absolute()
@@ -100,19 +101,19 @@ def check_out_folder(out, resume: bool) -> Path:
         name_max, path_max = 255, 4096
     for part in out.absolute().parts:
         if len(os.fsencode(part)) > name_max:
-            raise UsageError(f"--out: the name {part[:40]}... is longer than the {name_max} bytes this "
+            raise UsageError(f"{option}: the name {part[:40]}... is longer than the {name_max} bytes this "
                              "file system allows")
     if len(os.fsencode(str(out.absolute()))) >= path_max:
-        raise UsageError(f"--out: the path is longer than the {path_max} bytes this system allows")
+        raise UsageError(f"{option}: the path is longer than the {path_max} bytes this system allows")
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is an existing file, not a folder")
+        raise UsageError(f"{option} {out} is an existing file, not a folder")
     if not existing.is_dir():
-        raise UsageError(f"--out {out}: {existing} is a file, so no folder can be made under it")
+        raise UsageError(f"{option} {out}: {existing} is a file, so no folder can be made under it")
     if not can_create_in(existing):
-        raise UsageError(f"--out {out}: the folder {existing} is not writable")
+        raise UsageError(f"{option} {out}: the folder {existing} is not writable")
     if resume and out.is_dir() and not os.access(out / "checkpoints" if (out / "checkpoints").is_dir() else out,
                                                  os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: the run folder is not writable")
+        raise UsageError(f"{option} {out}: the run folder is not writable")
     return out
 
 

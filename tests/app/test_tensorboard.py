@@ -127,3 +127,7 @@ def test_a_study_exports_one_tensorboard_run_per_configuration_and_seed(data_dir
     assert [e.step for e in read.Scalars("epoch/test_accuracy")] == [
         m["step"] for m in lines(study / first["runs"][0]["path"] / "metrics.jsonl")]
     assert cli.main(["study", "summary", str(tmp_path / "nowhere"), "--tensorboard-out", str(tb)]) == 2
+    (tmp_path / "afile").write_text("x")
+    capsys.readouterr()
+    assert cli.main(["study", "summary", str(study), "--tensorboard-out", str(tmp_path / "afile")]) == 2
+    assert "--tensorboard-out" in capsys.readouterr().err

@@ -50,7 +50,7 @@ def export_tensorboard(run_dir, folder) -> Path:
 def run(args) -> int:
     """Run the command for parsed ``args``; returns the exit status."""
     if args.tensorboard_out is not None:
-        check_out_folder(Path(args.tensorboard_out), resume=True)
+        check_out_folder(Path(args.tensorboard_out), resume=True, option="--tensorboard-out")
     print(f"written: {plot_run(args.run, args.out)}")
     if args.tensorboard_out is not None:
         print(f"written: {export_tensorboard(args.run, args.tensorboard_out)} (TensorBoard)")

@@ -32,7 +32,7 @@ def run(args) -> int:
         print(list_studies())
         return 0
     if getattr(args, "tensorboard_out", None) is not None:  # before any training
-        check_out_folder(Path(args.tensorboard_out), resume=True)
+        check_out_folder(Path(args.tensorboard_out), resume=True, option="--tensorboard-out")
     if args.study_command == "summary":
         report_summary(args.out, args.tensorboard_out)
         return 0
