@@ -7,13 +7,17 @@ from hypothesis.extra import numpy as hnp
 
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
-from helpers import arrays, check_both, floats, on_grid, shapes
+from helpers import arrays, away_from_zero, check_both, floats, on_grid, shapes
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "squash"])
 @given(data=st.data())
 def test_axis_op_gradients(name, data):
-    x = data.draw(arrays(data.draw(shapes(min_dims=1, max_dims=3))))
+    # The squash bends on the scale of |s| itself: near 0 (all entries 1e-5, say) a central difference
+    # of step 1e-6 misreads its second derivative, so its entries stay off 0 (the gradient at and
+    # near 0 is tested on its own below).
+    elements = away_from_zero(0.01) if name == "squash" else None
+    x = data.draw(arrays(data.draw(shapes(min_dims=1, max_dims=3)), elements=elements))
     axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
     op = getattr(F, name)
     weight = np.random.default_rng(0).standard_normal(x.shape)
