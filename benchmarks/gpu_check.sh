@@ -9,6 +9,8 @@
 # left of the budget. Logs, failed_steps.txt and one gpu_summary.json go to OUTDIR. With
 # Fashion-MNIST's four files in data/fashion-mnist/ (ignored by git; carry it), a full epoch is
 # timed last.
+# GPU_CHECK_PACK=1 packs every log into OUTDIR/gpu_check_logs.tar.gz at the end, leaving beside it
+# only gpu_summary.json and failed_steps.txt (for a machine that sends back only a few files).
 # The GPU machine has no network: the project is installed without dependencies from its image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -183,7 +185,8 @@ else
 fi
 
 elapsed=$(( $(date +%s) - started ))
-"$py" - "$out" "$elapsed" "$budget" <<'PY'
+status=0
+"$py" - "$out" "$elapsed" "$budget" <<'PY' || status=$?
 import datetime, json, pathlib, sys
 out, elapsed, budget = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 
@@ -256,3 +259,9 @@ if failed:
     sys.exit(f"gpu_check FAILED after {elapsed} s: " + "; ".join(failed) + f" (summary in {out / 'gpu_summary.json'})")
 print(f"gpu_check passed in {elapsed} s; summary in {out / 'gpu_summary.json'}")
 PY
+if [ "${GPU_CHECK_PACK:-0}" = 1 ]; then
+    (cd "$out" && find . -maxdepth 1 -type f ! -name gpu_summary.json ! -name failed_steps.txt ! -name gpu_check_logs.tar.gz \
+        -printf '%P\n' | sort | tar czf gpu_check_logs.tar.gz -T - && find . -maxdepth 1 -type f ! -name gpu_summary.json \
+        ! -name failed_steps.txt ! -name gpu_check_logs.tar.gz -delete)
+fi
+exit "$status"

@@ -23,6 +23,9 @@ from .tensor import Tensor, leaf
 # DLPack's DLDeviceType codes (dlpack.h)
 CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
 DEVICE_NAMES = {CPU: "cpu", CUDA: "cuda", CUDA_HOST: "cuda_host", CUDA_MANAGED: "cuda_managed"}
+# the dtypes NumPy and CuPy take through DLPack (bfloat16, float8 and the like have no array type there)
+ACCEPTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                   "float32", "float64", "complex64", "complex128")
 
 
 def from_dlpack(obj, requires_grad: bool = False, copy: bool | None = None) -> Tensor:
@@ -36,7 +39,8 @@ def from_dlpack(obj, requires_grad: bool = False, copy: bool | None = None) -> T
     Returns:
         A Tensor on "cpu" (device type CPU, or CUDA host memory) or "cuda:N" (device type CUDA)
         with the producer's dtype, shape and strides. Raises TypeError for an object that speaks
-        no DLPack, ValueError for a device type tinygrad_caps has no arrays for.
+        no DLPack or whose dtype NumPy/CuPy cannot hold (bfloat16...), ValueError for a device type
+        tinygrad_caps has no arrays for.
     """
     if isinstance(obj, Tensor):
         if copy:
@@ -48,23 +52,37 @@ def from_dlpack(obj, requires_grad: bool = False, copy: bool | None = None) -> T
         raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__ and __dlpack_device__ "
                         "(a raw DLPack capsule is not accepted: pass the array or tensor that made it)")
     device_type, device_id = (int(v) for v in obj.__dlpack_device__())
-    if device_type in (CPU, CUDA_HOST):
-        array = _numpy_from_dlpack(obj, copy)
-    elif device_type == CUDA:
-        import cupy
-
-        with cupy.cuda.Device(device_id):
-            array = cupy.from_dlpack(obj)
-            if copy:
-                array = array.copy()
-    else:
+    if device_type not in (CPU, CUDA_HOST, CUDA):
         name = DEVICE_NAMES.get(device_type, f"device type {device_type}")
         raise ValueError(f"from_dlpack: the data lives on {name} (id {device_id}); tinygrad_caps holds CPU and "
                          "CUDA arrays")
+    try:
+        array = _numpy_from_dlpack(obj, copy) if device_type != CUDA else _cupy_from_dlpack(obj, device_id, copy)
+    except (RuntimeError, TypeError) as exc:
+        if "dtype" not in str(exc).lower():
+            raise
+        raise TypeError(f"from_dlpack: the data's dtype {_dtype_name(obj)} has no NumPy/CuPy array type; accepted "
+                        f"dtypes: {', '.join(ACCEPTED_DTYPES)} (convert it first, e.g. torch's .float())") from exc
     return leaf(array, requires_grad=requires_grad)
 
 
+def _dtype_name(obj) -> str:
+    """The producer's name for its dtype ("bfloat16" for torch.bfloat16), or "unknown" without one."""
+    dtype = getattr(obj, "dtype", None)
+    return "unknown" if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def _cupy_from_dlpack(obj, device_id, copy):
+    """A CuPy array on GPU ``device_id`` over ``obj``'s memory (a copy when ``copy``)."""
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        array = cupy.from_dlpack(obj)
+        return array.copy() if copy else array
+
+
 def _numpy_from_dlpack(obj, copy):
+    """A NumPy array over ``obj``'s memory (a copy when ``copy``), also from pre-1.0 producers."""
     if copy is None:
         return np.from_dlpack(obj)
     try:

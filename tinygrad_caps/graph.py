@@ -15,6 +15,7 @@ as a ``create_graph=True`` backward builds it (grad-of-grad), its ops in a clust
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,17 +45,17 @@ def to_dot(outputs, params=None, show_shapes: bool = True, show_backward: bool =
     Args:
         outputs: a Tensor or a list of Tensors (recorded: they require grad).
         params: a Module (its ``named_parameters``) or a {name: Tensor} dict naming leaves.
-        show_shapes: label edges and leaves with shape and dtype.
+        show_shapes: label edges and leaves with shape and dtype (without: no shape anywhere, and
+            leaves that ``params`` does not name are "leaf 0", "leaf 1", ...).
         show_backward: also draw the graph of the gradients of ``outputs`` (summed) with respect to
             every leaf, built with ``create_graph=True`` (the outputs' graph is kept).
         cluster_routing: draw ops in "routing iteration N" scopes inside one box per iteration.
     Returns:
-        The DOT text.
+        The DOT text. A bad argument is a TypeError (a wrong type) or ValueError (no outputs, an
+        output that does not require grad) naming it.
     """
-    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
-    for t in outputs:
-        if not isinstance(t, Tensor) or not t.requires_grad:
-            raise ValueError("graph.to_dot: every output must be a Tensor that requires grad (made with recording on)")
+    outputs = _check_outputs(outputs)
+    _check_flags(show_shapes=show_shapes, show_backward=show_backward, cluster_routing=cluster_routing)
     names = _leaf_names(params)
     graph = _Graph(names, show_shapes)
     forward_nodes = graph.add_outputs(outputs, "output")
@@ -73,7 +74,10 @@ def to_dot(outputs, params=None, show_shapes: bool = True, show_backward: bool =
 def draw(outputs, path, params=None, **options) -> Path:
     """Write the drawing of ``to_dot(outputs, params, **options)`` to ``path`` (.svg, .png or .pdf)
     with Graphviz's ``dot`` program. Returns the path. A missing Graphviz is a RuntimeError saying
-    how to install it."""
+    how to install it; a format this dot lacks, one naming the formats it offers."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"graph.draw: path must be a file name (str or Path) ending in {', '.join(FORMATS)}, "
+                        f"not {type(path).__name__}")
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"graph.draw: {path.name} must end in {', '.join(FORMATS)}")
@@ -85,6 +89,10 @@ def draw(outputs, path, params=None, **options) -> Path:
     result = subprocess.run([dot, f"-T{path.suffix.lower()[1:]}", "-o", str(path)], input=text, text=True,
                             capture_output=True)
     if result.returncode != 0:
+        offered = _offered_formats(result.stderr)
+        if offered is not None:
+            raise RuntimeError(f"Graphviz's dot here cannot write {path.suffix.lower()[1:]} ({path.name}); it "
+                               f"offers: {', '.join(offered)}")
         last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
         raise RuntimeError(f"dot failed on the graph: {last}")
     return path
@@ -95,6 +103,28 @@ def dot_program() -> str | None:
     return shutil.which("dot")
 
 
+def dot_formats() -> tuple | None:
+    """The output formats (``-T`` names: "svg", "png", ...) that Graphviz's ``dot`` offers here, from
+    its answer to ``dot -T?``; None where dot is missing or its answer cannot be read."""
+    dot = dot_program()
+    if dot is None:
+        return None
+    try:
+        result = subprocess.run([dot, "-T?"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return _offered_formats(result.stderr + result.stdout)
+
+
+def _offered_formats(message: str) -> tuple | None:
+    """The formats listed after "Use one of:" in dot's unrecognised-format message (renderer
+    suffixes such as ":cairo" dropped, sorted, each once), or None where the message has no list."""
+    _, found, listed = message.partition("Use one of:")
+    names = sorted({name.split(":")[0] for name in listed.split()})
+    return tuple(names) if found and names else None
+
+
 def tape_counts(outputs) -> dict:
     """{"ops", "leaves", "edges"} of the tape behind ``outputs``: what ``to_dot`` draws (edges: one per
     input of an op that needs a gradient, plus one per output)."""
@@ -103,11 +133,47 @@ def tape_counts(outputs) -> dict:
     return {"ops": len(graph.ops), "leaves": len(graph.leaves), "edges": len(graph.edges)}
 
 
+def _check_outputs(outputs) -> list:
+    """``outputs`` (a Tensor or a non-empty list or tuple of Tensors that require grad) as a list."""
+    if isinstance(outputs, Tensor):
+        outputs = [outputs]
+    elif isinstance(outputs, (list, tuple)):
+        outputs = list(outputs)
+    else:
+        raise TypeError(f"graph.to_dot: outputs must be a Tensor or a list of Tensors, not {type(outputs).__name__}")
+    if not outputs:
+        raise ValueError("graph.to_dot: outputs is empty; give a Tensor or a list of at least one Tensor")
+    for k, t in enumerate(outputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"graph.to_dot: outputs[{k}] must be a Tensor, not {type(t).__name__}")
+        if not t.requires_grad:
+            raise ValueError(f"graph.to_dot: outputs[{k}] does not require grad; every output must be a Tensor "
+                             "that requires grad (made with recording on)")
+    return outputs
+
+
+def _check_flags(**flags) -> None:
+    """Raise TypeError for an option of ``to_dot`` that is not a bool (a string such as "no" is true)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"graph.to_dot: {name} must be True or False, not {value!r}")
+
+
 def _leaf_names(params) -> dict:
+    """{id(leaf): name} of ``params``: None, a Module (its ``named_parameters``) or a {name: Tensor} dict."""
     if params is None:
         return {}
-    items = params.named_parameters() if hasattr(params, "named_parameters") else params.items()
-    return {id(t): name for name, t in items}
+    if hasattr(params, "named_parameters"):
+        return {id(t): name for name, t in params.named_parameters()}
+    if not isinstance(params, dict):
+        raise TypeError(f"graph.to_dot: params must be a Module or a {{name: Tensor}} dict, not "
+                        f"{type(params).__name__}")
+    for name, t in params.items():
+        if not isinstance(name, str):
+            raise TypeError(f"graph.to_dot: params' names must be strings, not {type(name).__name__} ({name!r})")
+        if not isinstance(t, Tensor):
+            raise TypeError(f"graph.to_dot: params[{name!r}] must be a Tensor, not {type(t).__name__}")
+    return {id(t): name for name, t in params.items()}
 
 
 class _Graph:
@@ -157,7 +223,10 @@ class _Graph:
         return added
 
     def leaf_label(self, t) -> str:
-        return self.names.get(id(t), f"leaf {tuple(t.shape)}")
+        """A leaf's name: its parameter name, else "leaf" and its shape (its number without shapes)."""
+        if id(t) in self.names:
+            return self.names[id(t)]
+        return f"leaf {tuple(t.shape)}" if self.show_shapes else f"leaf {list(self.leaves).index(id(t))}"
 
     def _tensor_text(self, x) -> str:
         return f"{tuple(x.shape)} {x.dtype}" if self.show_shapes else ""

@@ -78,6 +78,12 @@ def _as_array(data, dtype, device):
         return xp.asarray(data, dtype=dtype)
 
 
+def _dlpack_array(data):
+    """``data`` as an array that speaks DLPack: a NumPy scalar (what a full reduction such as
+    ``x.sum()`` gives on the CPU) becomes a 0-d array of its dtype; arrays pass unchanged."""
+    return np.asarray(data) if isinstance(data, np.generic) else data
+
+
 class Tensor:
     """An n-dimensional array that records the ops applied to it, for reverse-mode differentiation.
 
@@ -108,11 +114,11 @@ class Tensor:
         memory, the array's own protocol (the arguments are passed on where given)."""
         kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version), ("dl_device", dl_device),
                                     ("copy", copy)) if v is not None}
-        return self.data.__dlpack__(**kwargs)
+        return _dlpack_array(self.data).__dlpack__(**kwargs)
 
     def __dlpack_device__(self):
         """(device type, device id) as DLPack names them: (1, 0) on the CPU, (2, N) on GPU N."""
-        return self.data.__dlpack_device__()
+        return _dlpack_array(self.data).__dlpack_device__()
 
     @classmethod
     def _wrap(cls, array):

@@ -7,6 +7,8 @@ geometry; the model's part of it is the dict form of its CapsNetConfig or Baseli
 """
 from __future__ import annotations
 
+import json
+
 import tinygrad_caps as tc
 from tinygrad_caps.data import dataset_spec
 from tinygrad_caps.data.registry import OPTION_GEOMETRY
@@ -23,6 +25,21 @@ from .resources import check_fits
 MODELS = tuple(MODEL_CONFIGS)
 MODEL_CLASSES = {"capsnet": CapsNet, "cnn": BaselineCNN}
 GEOMETRY_KEYS = ("in_channels", "image_size", "num_classes")
+
+
+def checkpoint_of(path, option: str = "--checkpoint"):
+    """The checkpoint file ``path`` names: itself, or for a run folder its ``checkpoints/best.npz``
+    (``last.npz`` where no epoch has finished). A folder with neither is a UsageError naming ``option``."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    for name in ("best.npz", "last.npz"):
+        if (path / "checkpoints" / name).is_file():
+            return path / "checkpoints" / name
+    raise UsageError(f"{option} {path}: a folder without checkpoints/best.npz or last.npz; give a run folder "
+                     "(with checkpoints/) or a checkpoint file")
 
 
 def model_config(config: dict):
@@ -69,6 +86,11 @@ def load_checkpoint_model(path, overrides=None, device="auto"):
     try:
         model.load_state_dict(checkpoint["model"])
     except tc.StateDictError as exc:
+        conflicts = [f"--{k.replace('_', '-')} {v} (the checkpoint's is {checkpoint['config'].get(k)})"
+                     for k, v in (overrides or {}).items() if checkpoint["config"].get(k) != json.loads(json.dumps(v))]
+        if conflicts:  # the option, not the weights it mis-shapes, is what the user can change
+            raise UsageError(f"{', '.join(conflicts)} cannot apply to {path}: its weights have the shapes of the "
+                             "model it was trained as; drop the option") from exc
         raise tc.CheckpointError(f"{path}: {exc}") from exc
     model.to(device=device)
     return model, config

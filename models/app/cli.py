@@ -34,6 +34,35 @@ class OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an unrecognized option is refused by the (sub)command it was given to,
+        with the nearest option that command has (``--epcohs``: did you mean --epochs?)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = _innermost_command(self, parsed)
+            command.error(f"unrecognized arguments: {' '.join(extras)}{_nearest_options(command, extras)}")
+        return parsed
+
+
+def _innermost_command(parser, parsed):
+    """The (sub)parser of the command ``parsed`` chose: ``tinygrad-caps study run``'s for ``study run``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(parsed, action.dest, None) in action.choices:
+            return _innermost_command(action.choices[getattr(parsed, action.dest)], parsed)
+    return parser
+
+
+def _nearest_options(parser, extras) -> str:
+    """``"; did you mean --epochs?"`` for the options in ``extras`` that are near one of ``parser``'s."""
+    import difflib
+
+    known = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    guesses = []
+    for extra in extras:
+        if extra.startswith("--"):
+            guesses += difflib.get_close_matches(extra.split("=", 1)[0], known, n=1, cutoff=0.7)
+    return f"; did you mean {' or '.join(dict.fromkeys(guesses))}?" if guesses else ""
+
 
 def make_parser():
     """The ``tinygrad-caps`` argument parser with its subcommands."""
@@ -213,6 +242,21 @@ def parse_with_preset(parser, argv):
     return args
 
 
+def resolve_checkpoint_folders(args) -> None:
+    """``--checkpoint RUN`` (and visualize's ``--compare RUN``) given a run folder take its
+    checkpoints/best.npz, as ``plot`` takes run folders; the file used is printed."""
+    from .checkpoints import checkpoint_of
+
+    for dest in ("checkpoint", "compare"):
+        given = getattr(args, dest, None)
+        if given is None:
+            continue
+        chosen = checkpoint_of(given, f"--{dest}")
+        if str(chosen) != str(given):
+            print(f"{args.command}: --{dest} {given} is a run folder: using {chosen}")
+            setattr(args, dest, str(chosen))
+
+
 def main(argv=None) -> int:
     """Run one command with ``argv`` (default: the command line); returns the exit status (0, 1 for
     a bug, 2 for a user error, 128 + signal when stopped)."""
@@ -223,6 +267,7 @@ def main(argv=None) -> int:
         args.command_line = argv
     tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
     try:
+        resolve_checkpoint_folders(args)
         if getattr(args, "device", None) is not None and not getattr(args, "distributed", False):
             use_command_device(args.device)  # (each rank of a distributed run takes its own GPU)
         # commands/NAME.py runs command NAME; each is imported only when it runs

@@ -81,7 +81,7 @@ class DistributedTrainer(Trainer):
         leave the ranks' weights drifting apart in silence)."""
         self.ddp.check_all_reduced()
 
-    def _check_stop(self, stop) -> None:
+    def _check_signals(self, stop) -> None:
         """Stop where any rank asked to, on every rank at once: only the agreed flags count (a signal
         that lands during the all-reduce is taken up at the next batch)."""
         request = np.array([stop.requested or 0, int(self.stdout_closed)], dtype=np.int64)
@@ -99,9 +99,9 @@ class DistributedTrainer(Trainer):
         values = dist.all_reduce(np.array([float(sums[k]) for k in keys]))
         return {k: (int(round(v)) if isinstance(sums[k], int) else float(v)) for k, v in zip(keys, values)}
 
-    def finish_epoch(self) -> dict:
+    def finish_epoch(self, stop=None) -> dict:
         self.state["sums"] = self._global_sums()
-        return super().finish_epoch()
+        return super().finish_epoch(stop)
 
     def save(self, path):
         """Every rank calls it (the metric sums are summed over ranks); rank 0 writes the file."""

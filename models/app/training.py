@@ -90,19 +90,22 @@ def device_losses(model, images, labels, reconstruction_weight, train: bool, tra
 
 
 def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT,
-             progress=None,
-             preprocess=None, shard=(0, 1)):
+             progress=None, preprocess=None, shard=(0, 1), check_stop=None):
     """Accuracy, mean losses and the confusion matrix (rows: true class) on a dataset, no augmentation.
 
     ``preprocess`` turns the stored uint8 images into the model's input (a dataset's
     ``test_preprocess``; default: pixels / 255). With ``shard=(rank, world_size)`` every rank
     evaluates its part of each batch and the totals are summed over the ranks (a collective).
+    ``check_stop`` (a callable, or None) runs before each batch and may raise to stop the pass there
+    (a training run's Ctrl-C during its test pass).
     """
     model.eval()
     confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
     total_loss = total_margin = total_recon = 0.0
     with tc.no_grad():
         for x, y in BatchIterator(images, labels, batch_size, preprocess=preprocess, shard=shard):
+            if check_stop is not None:
+                check_stop()
             loss, margin, recon, predicted = batch_losses(model, x, y, reconstruction_weight, train=False)
             np.add.at(confusion, (y, predicted), 1)
             total_loss += loss.item() * len(y)
@@ -132,6 +135,7 @@ class Trainer:
     shard = (0, 1)        # (rank, world_size); distributed_training.DistributedTrainer sets both
     writes_files = True
     deadline = None       # a time.monotonic() value: at the first batch boundary after it, save and stop
+    bar = None            # the epoch's progress bar while one is drawn
 
     def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print,
                  cuda_graph: str | None = None):
@@ -341,9 +345,13 @@ class Trainer:
         self._say(f"run folder: {self.out_dir}")
 
     def _say(self, text: str) -> None:
-        """Log ``text``; if stdout is a closed pipe, silence it and ask the run to stop and save."""
+        """Log ``text`` (above a progress bar being drawn, not onto its line); if stdout is a closed
+        pipe, silence it and ask the run to stop and save."""
         try:
-            self.log(text)
+            if self.bar is not None and not self.bar.disable and self.log is print:
+                self.bar.write(text)  # clears the bar, prints, redraws it below
+            else:
+                self.log(text)
         except BrokenPipeError:
             self.stdout_closed = True
             _silence_stdout()
@@ -424,7 +432,8 @@ class Trainer:
                     self._check_stop(stop)
                     self.train_epoch(stop)
                     self._check_stop(stop)
-                    history.append(self.finish_epoch())
+                    history.append(self.finish_epoch(stop))
+                self._check_signals(stop)  # a Ctrl-C in the last test pass stops a study too, not only this run
             except KeyboardInterrupt as exc:
                 with stop.critical(raise_pending=False):
                     self.save(self.last_path)
@@ -438,10 +447,15 @@ class Trainer:
     def _check_gradients(self) -> None:
         """After each backward: nothing to check on one process (see DistributedTrainer)."""
 
-    def _check_stop(self, stop) -> None:
+    def _check_signals(self, stop) -> None:
+        """Raise Interrupted where a stop signal arrived or stdout was closed."""
         if self.stdout_closed:
             raise Interrupted(signal.SIGPIPE)
         stop.check()
+
+    def _check_stop(self, stop) -> None:
+        """``_check_signals``, then TimeLimitReached once the deadline has passed (at batch boundaries)."""
+        self._check_signals(stop)
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise TimeLimitReached()
 
@@ -451,7 +465,8 @@ class Trainer:
         self.loader.set_epoch(state["epoch"])
         started = time.perf_counter()
         self.interval_start = (dict(sums), started)
-        bar = _progress(len(self.train_images), f"epoch {state['epoch'] + 1}/{self.config['epochs']}", self.show_progress)
+        bar = self.bar = _progress(len(self.train_images), f"epoch {state['epoch'] + 1}/{self.config['epochs']}",
+                                   self.show_progress)
         if bar is not None:
             bar.update(min(len(self.train_images), state["step"] * self.config["batch_size"]))
         self.model.train()
@@ -489,6 +504,7 @@ class Trainer:
                 state["seconds"] += time.perf_counter() - started
                 if bar is not None:
                     bar.close()
+                self.bar = None
 
     def _global_step(self) -> int:
         """Training steps done over the whole run (1-based once the first batch has trained)."""
@@ -500,12 +516,16 @@ class Trainer:
         return (self.gradflow_log is not None and isinstance(self.model, CapsNet) and self.shard[0] == 0
                 and self.gradflow_log.due(self._global_step() + 1))
 
-    def finish_epoch(self) -> dict:
-        """Evaluate, then commit the epoch as one unit: its metrics line, the schedule step, the checkpoints."""
+    def finish_epoch(self, stop=None) -> dict:
+        """Evaluate, then commit the epoch as one unit: its metrics line, the schedule step, the checkpoints.
+
+        With ``stop`` (the run's StopSignals) a Ctrl-C or the time limit stops the test pass at its
+        next batch; the checkpoint then holds the whole trained epoch, whose test pass runs again on resume.
+        """
         state, sums = self.state, self.state["sums"]
         test = evaluate(self.model, self.test_images, self.test_labels, self.config["batch_size"],
                         self.config["num_classes"], self.weight, preprocess=self.spec.test_preprocess,
-                        shard=self.shard)
+                        shard=self.shard, check_stop=None if stop is None else lambda: self._check_stop(stop))
         record = {"epoch": state["epoch"] + 1, "train_loss": sums["loss"] / sums["seen"],
                   "train_margin_loss": sums["margin_loss"] / sums["seen"],
                   "train_reconstruction_loss": sums["reconstruction_loss"] / sums["seen"],

@@ -2,6 +2,7 @@
 block of README.md and of the pages in docs/ is executed (blocks that need a GPU guard themselves
 with ``tc.gpu_available()``; the CUDA graph example also runs on the CuPy stand-in), and every
 relative link names a file that exists (and, with ``#anchor``, one of its headings)."""
+import importlib.util
 import re
 
 import pytest
@@ -19,9 +20,44 @@ def name(path):
     return str(path.relative_to(ROOT))
 
 
+# Packages the README's set-up does not install: an example that imports one says so in its page
+# and is skipped where it is missing (a newcomer's environment has none of them).
+OPTIONAL_PACKAGES = ("torch", "jax", "ray", "cupy")
+IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.M)
+
+
+def missing_optional_packages(code: str) -> list:
+    """The optional packages ``code`` imports that this environment lacks."""
+    return [p for p in dict.fromkeys(IMPORT.findall(code)) if p in OPTIONAL_PACKAGES and not installed(p)]
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (a finder that hides it counts as missing)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 @pytest.mark.parametrize("path, index, code", BLOCKS, ids=[f"{name(p)}-{i}" for p, i, _ in BLOCKS])
 def test_document_example_runs(path, index, code):
+    missing = missing_optional_packages(code)
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, an optional package the README's set-up does not install")
     exec(compile(code, f"{name(path)} block {index}", "exec"), {})
+
+
+def test_a_page_says_which_optional_package_its_example_needs():
+    for path, index, code in BLOCKS:
+        text = path.read_text()
+        before = text[:text.index(code)][-600:].lower()  # the prose just above the block
+        for package in dict.fromkeys(p for p in IMPORT.findall(code) if p in OPTIONAL_PACKAGES):
+            assert package in before, f"{name(path)} block {index} imports {package} without a word above it"
+
+
+def test_an_example_that_imports_a_missing_optional_package_is_skipped(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert missing_optional_packages("import numpy as np\nimport torch\nfrom jax import numpy\n") == ["torch", "jax"]
 
 
 def test_the_docs_folder_has_its_pages_and_the_readme_links_each():

@@ -49,6 +49,25 @@ def test_strides_and_0d_arrays_are_kept():
     assert torch.from_dlpack(scalar).item() == 2.5
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_a_0d_result_of_a_reduction_exports_to_pytorch_and_numpy(dtype):
+    loss = F.sum(tc.tensor(np.array([1.5, 2.0, 3.0]).astype(dtype)))  # NumPy's sum gives a scalar, not an array
+    for exported in (torch.from_dlpack(loss).numpy(), np.from_dlpack(loss)):
+        assert exported.shape == () and exported.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(exported, np.array([1.5, 2.0, 3.0]).astype(dtype).sum(), rtol=1e-6, atol=1e-6)
+    assert loss.__dlpack_device__() == (1, 0)
+    mean = F.mean(tc.tensor(np.ones((2, 3), dtype=np.float32)))
+    assert torch.from_dlpack(mean).dtype == torch.float32 and torch.from_dlpack(mean).item() == 1.0
+    assert tc.from_dlpack(loss, copy=True).dtype == np.dtype(dtype)
+
+
+def test_a_bfloat16_tensor_is_a_type_error_naming_the_dtypes():
+    for copy in (None, True):
+        with pytest.raises(TypeError, match=r"dtype bfloat16 .*accepted dtypes: bool, .*float16, float32, float64"):
+            tc.from_dlpack(torch.ones(3, dtype=torch.bfloat16), copy=copy)
+    assert tc.from_dlpack(torch.ones(3, dtype=torch.bfloat16).float()).dtype == np.float32
+
+
 def test_a_tensor_shared_with_itself_keeps_one_version_counter():
     from tinygrad_caps.errors import GraphError
 
@@ -100,7 +119,9 @@ def test_gpu_tensors_share_memory_with_cupy_and_pytorch():
 
     array = cupy.arange(6, dtype=cupy.float32).reshape(2, 3)
     t = tc.from_dlpack(array)
-    assert t.device == "cuda:0" and t.data.data.ptr == array.data.ptr
+    # Tensor.device names the current GPU "cuda"; the absolute name says which GPU holds the data
+    assert tc.backend.absolute_device_of(t.data) == "cuda:0" and t.device == tc.backend.device_of(array)
+    assert t.data.data.ptr == array.data.ptr
     array[0, 0] = 7
     assert float(t.data[0, 0]) == 7
     if torch.cuda.is_available():

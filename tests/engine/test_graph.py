@@ -120,3 +120,89 @@ def test_the_graph_command_writes_dot_text_and_refuses_what_it_cannot_draw(tmp_p
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and message in lines[0]
         assert not (tmp_path / out).exists()
+
+
+def test_without_shapes_no_shape_is_written_not_even_the_leaves():
+    a = tc.tensor(np.ones((2, 3)), requires_grad=True)
+    b = tc.tensor(np.ones((3,)), requires_grad=True)
+    y = F.sum(F.relu(a * b))
+    for dot in (tc.graph.to_dot(y, show_shapes=False), tc.graph.to_dot(y, show_shapes=False, show_backward=True)):
+        assert "(2, 3)" not in dot and "(3,)" not in dot and "float64" not in dot
+        assert 'label="leaf 0"' in dot and 'label="leaf 1"' in dot  # unnamed leaves told apart by number
+    assert 'label="leaf (2, 3)\\n(2, 3) float64"' in tc.graph.to_dot(y)  # with shapes, as before
+
+
+def test_bad_arguments_name_the_argument_and_what_was_given(tmp_path):
+    a = tc.tensor(np.ones(3), requires_grad=True)
+    y = F.sum(a * a)
+    for outputs in ([], ()):
+        for backward in (False, True):
+            with pytest.raises(ValueError, match="outputs is empty"):
+                tc.graph.to_dot(outputs, show_backward=backward)
+    with pytest.raises(TypeError, match=r"outputs\[1\] must be a Tensor, not int"):
+        tc.graph.to_dot([y, 3])
+    with pytest.raises(TypeError, match="outputs must be a Tensor or a list of Tensors, not float"):
+        tc.graph.to_dot(1.5)
+    with pytest.raises(ValueError, match=r"outputs\[0\] does not require grad"):
+        tc.graph.to_dot([tc.tensor(np.ones(2))])
+    with pytest.raises(TypeError, match=r"params must be a Module or a \{name: Tensor\} dict, not list"):
+        tc.graph.to_dot(y, params=[a])
+    with pytest.raises(TypeError, match=r"params\['a'\] must be a Tensor, not ndarray"):
+        tc.graph.to_dot(y, params={"a": a.data})
+    with pytest.raises(TypeError, match="params' names must be strings, not int"):
+        tc.graph.to_dot(y, params={0: a})
+    with pytest.raises(TypeError, match="show_shapes must be True or False, not 'no'"):
+        tc.graph.to_dot(y, show_shapes="no")
+    with pytest.raises(TypeError, match="show_backward must be True or False, not None"):
+        tc.graph.to_dot(y, show_backward=None)
+    with pytest.raises(TypeError, match="path must be a file name .* not NoneType"):
+        tc.graph.draw(y, None)
+    with pytest.raises(ValueError, match="outputs is empty"):
+        tc.graph.draw([], tmp_path / "g.svg")
+    assert not (tmp_path / "g.svg").exists()
+
+
+def fake_dot(folder, formats="canon dot pdf svg xdot"):
+    """A ``dot`` on PATH that writes svg and pdf only, answering anything else as Graphviz does."""
+    folder.mkdir()
+    script = folder / "dot"
+    script.write_text("#!/bin/sh\n"
+                      'case "$1" in -Tsvg|-Tpdf) cat > /dev/null; shift; echo "<svg/>" > "$2"; exit 0;; esac\n'
+                      f'echo "Format: \\"${{1#-T}}\\" not recognized. Use one of: {formats}" >&2\nexit 1\n')
+    script.chmod(0o755)
+    return str(folder)
+
+
+def test_a_format_dot_lacks_is_named_with_the_ones_it_offers(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", fake_dot(tmp_path / "bin"))
+    assert tc.graph.dot_formats() == ("canon", "dot", "pdf", "svg", "xdot")
+    a = tc.tensor(np.ones(3), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"cannot write png \(g.png\); it offers: canon, dot, pdf, svg, xdot"):
+        tc.graph.draw(F.sum(a * a), tmp_path / "g.png")
+
+
+def test_the_graph_command_refuses_a_format_dot_lacks_before_any_work(tmp_path, capsys, monkeypatch):
+    from tinygrad_caps.models.app.commands import graph as command
+
+    monkeypatch.setenv("PATH", fake_dot(tmp_path / "bin", "canon dot pdf:cairo svg svg:core xdot"))
+    monkeypatch.setattr(command, "graph_loss", lambda *args: pytest.fail("the model was run"))
+    assert cli.main(["graph", "--out", str(tmp_path / "g.png"), "--device", "cpu"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert "cannot write png; it offers canon, dot, pdf, svg, xdot (use .svg, .pdf or .dot)" in lines[0]
+    assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize("out", ["new/", "new.svg/", "new.dot/", "folder", "folder/", "folder.svg"])
+def test_the_graph_command_refuses_a_folder_in_one_line_before_any_work(tmp_path, capsys, monkeypatch, out):
+    from tinygrad_caps.models.app.commands import graph as command
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder.svg").mkdir()
+    monkeypatch.setattr(command, "graph_loss", lambda *args: pytest.fail("the model was run"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["graph", "--out", out, "--device", "cpu"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"--out {out} is a folder" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "folder.svg"]
+    assert list((tmp_path / "folder").iterdir()) == [] and list((tmp_path / "folder.svg").iterdir()) == []

@@ -168,7 +168,10 @@ def _split_files(name, split, data_dir, download_missing):
     folder = find_dataset_dir(name, data_dir)
     if folder is None:
         if name not in KNOWN:
-            raise DatasetError(_missing_message(name, data_dir, "not a known dataset, and no folder holds its files"))
+            from .registry import unknown_dataset_reason  # (the registry imports this module)
+
+            raise DatasetError(_missing_message(name, data_dir, f"{unknown_dataset_reason(name)}; and no folder "
+                                                                "holds its files as an IDX dataset"))
         if not (downloads_allowed() if download_missing is None else download_missing):
             raise DatasetError(_missing_message(name, data_dir, "downloads are off"))
         try:

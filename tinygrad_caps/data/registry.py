@@ -150,6 +150,16 @@ REGISTRY = {"mnist": _idx_spec, "fashion-mnist": _idx_spec, "smallnorb": _smalln
 DATASETS = tuple(REGISTRY)
 
 
+def unknown_dataset_reason(name: str) -> str:
+    """Why ``name`` is no registered dataset, with the nearest registered name where one is close
+    (``"fashion_mnist"`` -> ``... did you mean 'fashion-mnist'? ...``) and the whole list."""
+    import difflib
+
+    near = difflib.get_close_matches(name.lower(), DATASETS, n=1, cutoff=0.6)
+    guess = f"did you mean {near[0]!r}? " if near else ""
+    return f"not a known dataset: {guess}the known ones are {', '.join(DATASETS)}"
+
+
 def dataset_spec(name: str, data_dir=None, image_size: int | None = None, channels: int | None = None) -> DatasetSpec:
     """The registry's description of ``name`` (any other name: an IDX folder under ``data_dir``).
 

@@ -3,6 +3,7 @@ checkpoint's, or a freshly initialised one from the model options), the routing 
 boxes of their own, and with ``--backward`` the graph of the gradients too (grad-of-grad)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +22,34 @@ GEOMETRY = dict(in_channels=1, image_size=28, num_classes=10)  # a fresh model's
 
 
 def check_graph_path(out) -> Path:
-    """``--out``: a picture (.png, .pdf, .svg: drawn with Graphviz) or a .dot file (the text itself)."""
-    path = Path(out)
+    """``--out``: a picture (.png, .pdf, .svg: drawn with Graphviz) or a .dot file (the text itself);
+    a folder (an existing one, or a name ending in a slash) is refused."""
+    text = str(out)
+    if text.strip() and (text.endswith(("/", os.sep)) or os.path.isdir(text)):
+        raise UsageError(f"--out {text} is a folder; name a {SUFFIX_TEXT} file (or a .dot file for the Graphviz text)")
+    path = Path(text)
     if path.suffix.lower() == ".dot":
         return check_writable_file(path, "--out")
     try:
-        return check_picture_path(path, "--out")
+        return check_picture_path(text, "--out")
     except UsageError as exc:
         raise UsageError(f"{exc} (or a .dot file for the Graphviz text)") from None
+
+
+def check_dot_can_draw(out: Path) -> None:
+    """Raise UsageError unless Graphviz's dot is installed and offers ``out``'s format (checked before
+    any work; where dot's list of formats cannot be read, drawing is left to tell)."""
+    if tc.graph.dot_program() is None:
+        raise UsageError(f"drawing {out.name} needs Graphviz's dot program (apt-get install graphviz); "
+                         f"--out FILE.dot writes the graph's text without it ({SUFFIX_TEXT} need dot)")
+    offered = tc.graph.dot_formats()
+    wanted = out.suffix.lower()[1:]
+    if offered is None or wanted in offered:
+        return
+    usable = [name for name in (s[1:] for s in tc.graph.FORMATS) if name in offered]
+    instead = f"use {', '.join('.' + name for name in usable)} or .dot" if usable else "use .dot (the text)"
+    raise UsageError(f"--out {out}: Graphviz's dot here cannot write {wanted}; it offers {', '.join(offered)} "
+                     f"({instead})")
 
 
 def graph_loss(model, batch_size: int, seed: int = 0):
@@ -52,9 +73,8 @@ def graph_loss(model, batch_size: int, seed: int = 0):
 def run(args) -> int:
     """Run the command for parsed ``args``; returns the exit status."""
     out = check_graph_path(args.out)
-    if out.suffix.lower() != ".dot" and tc.graph.dot_program() is None:
-        raise UsageError(f"drawing {out.name} needs Graphviz's dot program (apt-get install graphviz); "
-                         f"--out FILE.dot writes the graph's text without it ({SUFFIX_TEXT} need dot)")
+    if out.suffix.lower() != ".dot":
+        check_dot_can_draw(out)
     overrides = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k, None) is not None}
     if args.checkpoint:
         if not Path(args.checkpoint).is_file():

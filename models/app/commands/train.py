@@ -11,6 +11,7 @@ import tinygrad_caps as tc
 from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS
 from ...errors import UsageError
 from ..option_checks import check_out_folder
+from ..progress import bars_wanted
 from ..run_options import (CAPSULE_TRAINING_OPTIONS, NOT_RUN_OPTIONS, capsule_only_options, option_flag,
                            resumed_options, saved_run_options)
 from ..training import train
@@ -27,9 +28,10 @@ def run(args):
     out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.resume and not args.profile:
         saved = saved_run_options(out)
-        if saved is not None:  # the run goes on as it was configured
-            first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
-            config = resumed_options(config, explicit, saved, log=None if first_rank else lambda text: None)
+        if saved is None:
+            raise UsageError(no_run_to_resume(out))
+        first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
+        config = resumed_options(config, explicit, saved, log=None if first_rank else lambda text: None)
     config = model_options(config, explicit)
     if args.profile:
         from . import profile
@@ -43,7 +45,7 @@ def run(args):
         from ..distributed_training import abort_on_error, train_distributed
 
         with abort_on_error("train", args.debug):
-            train_distributed(config, out, resume=args.resume, show_progress=not args.no_progress,
+            train_distributed(config, out, resume=args.resume, show_progress=bars_wanted(args.no_progress),
                               sync_batchnorm=args.sync_batchnorm)
         return 0
     if args.sync_batchnorm:
@@ -51,8 +53,14 @@ def run(args):
     started = tc.distributed.launcher_world_size()
     if started and started > 1:  # several independent runs would write into one --out
         raise UsageError(f"mpirun started {started} processes: add --distributed to train one model on all of them")
-    train(config, out, resume=args.resume, show_progress=not args.no_progress)
+    train(config, out, resume=args.resume, show_progress=bars_wanted(args.no_progress))
     return 0
+
+
+def no_run_to_resume(out: Path) -> str:
+    """The one-line refusal of ``--resume --out OUT`` where OUT holds no run (a typo, a fresh folder)."""
+    where = f"{out} does not exist" if not out.exists() else f"{out} holds no run (no config.json)"
+    return f"--resume: {where}; to start a run there, give the same command without --resume"
 
 
 def model_options(config: dict, explicit: set) -> dict:
