@@ -30,10 +30,14 @@ def series_style(k: int, count: int, points: int) -> dict:
                 markevery=max(1, points // 15))
 
 
-def coinciding_labels(series, tolerance: float = 0.02) -> list:
+SHOWN_DIGITS = 4  # significant digits a value is shown with (``gradflow``'s table: "%.3e")
+
+
+def coinciding_labels(series, tolerance: float | None = None) -> list:
     """The labels of ``series`` [(x, values, label, ...)], each one that coincides with an earlier
-    series (same x, every value within ``tolerance`` relative, the same gaps) marked
-    "(= EARLIER, drawn under it)" so the legend says what the eye cannot see."""
+    series (same x, the same gaps, every value equal where shown: to ``SHOWN_DIGITS`` significant
+    digits, or within ``tolerance`` relative when one is given) marked "(= EARLIER)", so the legend
+    says what the eye cannot see; a later series is drawn over the earlier one it equals."""
     labels = []
     for k, (x, values, label, *_) in enumerate(series):
         for j in range(k):
@@ -45,13 +49,26 @@ def coinciding_labels(series, tolerance: float = 0.02) -> list:
     return labels
 
 
+def shown_equal(u: float, v: float, digits: int = SHOWN_DIGITS) -> bool:
+    """Whether ``u`` and ``v`` read the same with ``digits`` significant digits (a value and its
+    negative zero alike)."""
+    return u == v or f"{u:.{digits - 1}e}" == f"{v:.{digits - 1}e}"
+
+
 def _close(a, b, tolerance) -> bool:
+    """Whether two series of values (None for a gap) coincide: the same gaps, and every value equal
+    where shown (``tolerance`` None) or within ``tolerance`` relative."""
     if len(a) != len(b):
         return False
     for u, v in zip(a, b):
         if (u is None) != (v is None):
             return False
-        if u is not None and abs(u - v) > tolerance * max(abs(u), abs(v)):
+        if u is None:
+            continue
+        if tolerance is None:
+            if not shown_equal(u, v):
+                return False
+        elif abs(u - v) > tolerance * max(abs(u), abs(v)):
             return False
     return True
 

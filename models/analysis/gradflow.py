@@ -14,7 +14,7 @@ from tinygrad_caps.backend import to_numpy
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
 from ..capsnet.routing import GRADIENT_MODES
 from ..capsnet.routing_layers import gradient_mode_refusal
-from .routing_statistics import network_scores, per_iteration, routing_statistics
+from .routing_statistics import layer_statistics, network_scores
 
 HESSIAN_PARAMETER = "digit.weight"
 
@@ -150,7 +150,8 @@ def gradient_flow_report(model, images, labels, modes=None, hessian_iterations=0
         hessian_iterations: > 0 adds the top Hessian eigenvalue in digit.weight per mode.
         reconstruction_weight: the reconstruction term's weight in the loss.
     Returns:
-        {"config": {...}, "modes": {mode: {"loss", "layers": [{"name", "iterations": [{"iteration",
+        {"config": {...}, "modes": {mode: {"loss", "layers": [{"name", "d_score_from" ("activations"
+        where the routing has output activations, else "lengths"), "iterations": [{"iteration",
         "coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine",
         "grad_norm_sum", "grad_norm_agreement"}, ...]}, ...], "network": the network's T and D as
         Peer et al. report them (``routing_statistics.network_scores``), "parameter_grad_norms":
@@ -194,8 +195,7 @@ def _measure(model, x, labels, reconstruction_weight, hessian_iterations):
         trace.retain_grad()
     loss.backward()
     names = [name for name, _ in routing_layers(model)]
-    layers = [{"name": trace.name or name, "iterations": per_iteration(routing_statistics(trace))}
-              for name, trace in zip(names, traces)]
+    layers = [layer_statistics(trace, name) for name, trace in zip(names, traces)]
     grads = {}
     for name, p in model.named_parameters():
         grads[name] = np.zeros(p.shape) if p.grad is None else to_numpy(p.grad.data).astype(np.float64)

@@ -9,6 +9,7 @@ from 1 only in the tenth decimal, which a linear axis can show only as an offset
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,25 @@ from .figure_style import (coinciding_labels, integer_ticks, log_floor, mark_flo
 UNIFORM_TEXT = "every coupling is uniform\n(1 - entropy <= 0, to rounding)"
 UNIFORM_FLOOR = "<= 0: uniform, to rounding (drawn on this floor)"
 PATH_LINES = {"sum": "-", "agreement": "--"}
+PATHS = ("sum", "agreement")
+
+
+def path_style(style: dict, path: str) -> dict:
+    """``style`` for the curve of one path of u_hat: the sum path solid with filled markers, the
+    agreement path dashed with hollow markers half as large again, so the two stay apart even where a
+    one-step routing leaves a single point per path, or the two paths carry the same norm."""
+    style = dict(style, linestyle=PATH_LINES[path])
+    if path == "agreement":
+        size = style.get("markersize", 6.0) * 1.5
+        style.update(markerfacecolor="none", markersize=size, markeredgewidth=1.6)
+    return style
+
+
+def logged_paths(values_of) -> list:
+    """The paths a trace has, given ``values_of(path)`` (its gradient norms over iterations or steps):
+    "sum" always, "agreement" where some value is logged (one-step routings have it at r = 0,
+    dynamic and EM routing at r < R-1; None where the trace has no such path)."""
+    return [path for path in PATHS if path == "sum" or any(v is not None for v in values_of(path))]
 
 
 def pyplot():
@@ -82,9 +102,9 @@ def gradflow_figure(report: dict):
             rows = layer["iterations"]
             r = [row["iteration"] for row in rows]
             style = dict(series_style(m, len(modes), len(r)), color=colours[(m * len(layer_names) + k) % len(colours)])
-            for path in ("sum", "agreement"):
+            for path in logged_paths(lambda p: [row[f"grad_norm_{p}"] for row in rows]):
                 series.append((r, [row[f"grad_norm_{path}"] for row in rows], f"{mode} {layer['name']} {path} path",
-                               dict(style, linestyle=PATH_LINES[path])))
+                               path_style(style, path)))
             entropy.append((r, [1.0 - row["coupling_entropy"] for row in rows], f"{mode} {layer['name']}", style))
     ax = axes[0, 0]
     _log_panel(ax, series, "all gradients are zero")
@@ -198,29 +218,32 @@ def run_figure(metrics: list, gradflow: list, name: str = ""):
         ax.legend(fontsize=8)
     if gradflow:
         _gradflow_lines(axes[2], axes[3], gradflow)
-    if name:
-        fig.suptitle(f"run {name}", fontsize=11)
+    if name:  # a study run's name holds its configuration's options: wrapped, never cut
+        fig.suptitle(textwrap.fill(f"run {name}", 120, break_long_words=False), fontsize=11)
     fig.tight_layout()
     return fig
 
 
 def _gradflow_lines(norm_axis, entropy_axis, lines):
+    """The gradient-flow panels of ``run_figure``: |grad u_hat| per layer, iteration and path (every
+    path the trace has: "agreement" wherever some line logged it), and 1 - entropy per iteration."""
     steps = [line["step"] for line in lines]
     norms, entropies = [], []
+    several = len(lines[0]["layers"]) > 1
     for k, layer in enumerate(lines[0]["layers"]):
-        count = len(layer["iterations"])
-        for r in range(count):
-            def series(key):
+        for r in range(len(layer["iterations"])):
+            def series(key, k=k, r=r):
+                """``key`` of layer k's iteration r over the lines."""
                 return [line["layers"][k]["iterations"][r][key] for line in lines]
 
-            prefix = f"{layer['name']} r={r}" if len(lines[0]["layers"]) > 1 else f"r={r}"
-            norms.append((steps, series("grad_norm_sum"), f"{prefix} sum", dict(linestyle="-")))
-            if r < count - 1:
-                norms.append((steps, series("grad_norm_agreement"), f"{prefix} agreement", dict(linestyle="--")))
+            prefix = f"{layer['name']} r={r}" if several else f"r={r}"
+            for path in logged_paths(lambda p: series(f"grad_norm_{p}")):
+                norms.append((steps, series(f"grad_norm_{path}"), f"{prefix} {path}", path))
             entropies.append((steps, [1.0 - e for e in series("coupling_entropy")], prefix, {}))
-    for group in (norms, entropies):
-        for k, (_, _, _, style) in enumerate(group):
-            style.update(series_style(k, len(group), len(steps)))
+    norms = [(x, values, label, path_style(series_style(k, len(norms), len(steps)), path))
+             for k, (x, values, label, path) in enumerate(norms)]
+    for k, (_, _, _, style) in enumerate(entropies):
+        style.update(series_style(k, len(entropies), len(steps)))
     _log_panel(norm_axis, norms, "all gradients are zero")
     _log_panel(entropy_axis, entropies, UNIFORM_TEXT, UNIFORM_FLOOR)
     norm_axis.set(xlabel="step", ylabel="|grad u_hat|", title="gradient per iteration and path")

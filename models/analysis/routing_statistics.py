@@ -16,7 +16,11 @@ As their authors define them:
   is the mean over the routing layers of their last iteration's T, and its D-score is the D of the
   hidden capsule layers (``network_scores``): Peer et al. take D on the hidden layer because
   DigitCaps' lengths are forced by the margin loss, so DigitCaps' D (``digit_d_score``) is not
-  comparable to theirs.
+  comparable to theirs;
+- D is taken on a layer's class scores: the output activations where its routing has them (EM
+  routing, self-routing: ``trace.activations``; their pose lengths are not what the model reads),
+  else the lengths of the output capsules. Each layer says which (``d_score_source``: "activations"
+  or "lengths"; "d_score_from" in the gradient-flow report and ``gradflow.jsonl``).
 """
 from __future__ import annotations
 
@@ -120,6 +124,22 @@ def d_score(v) -> float:
     return float(np.linalg.norm(v, axis=-1).std(axis=0).max())
 
 
+def activation_d_score(a) -> float:
+    """Max over j of the standard deviation over the batch of the activations a[b, j] (B, J): the
+    D-score of a layer whose routing gives its output capsules activations (its class scores)."""
+    a = _values(a)
+    if a.ndim != 2:
+        raise ValueError(f"activation_d_score: expected activations (B, J), got shape {a.shape}")
+    return float(a.std(axis=0).max())
+
+
+def d_score_source(trace) -> str:
+    """What a trace's D-score is taken from: "activations" where its routing recorded output
+    activations for every iteration (EM routing, self-routing), else "lengths" (of the outputs)."""
+    activations = getattr(trace, "activations", None) or []
+    return "activations" if activations and len(activations) == len(trace.outputs) else "lengths"
+
+
 def agreement_cosine(u_hat, v, agreement=None, u_hat_lengths=None) -> float:
     """Mean over (b, i, j) of cos(u_hat[b, i, j], v[b, j]) for u_hat (B, I, J, D) and v (B, J, D).
 
@@ -160,7 +180,8 @@ def routing_statistics(trace) -> dict:
             gradient norms, which need ``trace.retain_grad()`` before a backward).
     Returns:
         A dict with one list (one entry per iteration r = 0..R-1) per statistic:
-        "coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine", and
+        "coupling_entropy", "t_score", "polarization", "d_score" (from the output activations where
+        the routing has them, else the output lengths: see ``d_score_source``), "agreement_cosine", and
         "grad_norm_sum" / "grad_norm_agreement", the Frobenius norms of ``u_hat_sum[r].grad`` /
         ``u_hat_agreement[r].grad`` (0.0 where that use of u_hat is detached; None where no gradient
         was retained or tracked (``trace.track_grad_norms()``), and where the trace has no agreement
@@ -170,13 +191,14 @@ def routing_statistics(trace) -> dict:
     if len(trace.outputs) != iterations:
         raise ValueError(f"routing_statistics: the trace has {iterations} couplings but {len(trace.outputs)} outputs")
     stats = {name: [] for name in STATISTICS}
+    from_activations = d_score_source(trace) == "activations"
     lengths = {}  # |u_hat| per distinct u_hat array: every u_hat_sum[r] of a real trace views the same one
     for r in range(iterations):
         score = t_score(trace.coupling[r])
         stats["coupling_entropy"].append(1.0 - score)
         stats["t_score"].append(score)
         stats["polarization"].append(polarization(trace.coupling[r]))
-        stats["d_score"].append(d_score(trace.outputs[r]))
+        stats["d_score"].append(activation_d_score(trace.activations[r]) if from_activations else d_score(trace.outputs[r]))
         has_u_hat = r < len(trace.u_hat_sum)
         cosine = None
         if has_u_hat:
@@ -201,6 +223,21 @@ def per_iteration(stats: dict) -> list:
     return [dict({"iteration": r}, **{name: stats[name][r] for name in STATISTICS}) for r in range(count)]
 
 
+def layer_statistics(trace, name: str | None = None) -> dict:
+    """One routing layer's entry in the gradient-flow report and ``gradflow.jsonl``: {"name" (the
+    trace's, else ``name``, else "digit"), "d_score_from" (``d_score_source``), "iterations"
+    (``per_iteration(routing_statistics(trace))``)}."""
+    return {"name": trace.name or name or "digit", "d_score_from": d_score_source(trace),
+            "iterations": per_iteration(routing_statistics(trace))}
+
+
+def _sources(layers: list):
+    """The D sources of ``layers`` ("activations", "lengths", both joined by " and ", or None where
+    no layer says: a log written before layers said it)."""
+    found = sorted({layer["d_score_from"] for layer in layers if layer.get("d_score_from")})
+    return " and ".join(found) or None
+
+
 def network_scores(layers: list) -> dict:
     """The network's T and D as Peer et al. report them, from per-layer statistics in the layout of
     ``gradient_flow_report`` and ``gradflow.jsonl`` (``[{"name", "iterations": [{"t_score",
@@ -208,13 +245,20 @@ def network_scores(layers: list) -> dict:
 
     {"t_score": mean of the routing layers' T, "d_score": mean of the hidden layers' D (None without
     a hidden layer), "digit_d_score": DigitCaps' D (forced by the loss: not Peer et al.'s D-score),
-    "layers": {name: {"t_score", "d_score"}}}.
+    "d_score_from" / "digit_d_score_from": what those D were taken from ("activations" or "lengths",
+    None where the layers do not say), "layers": {name: {"t_score", "d_score"} (and "d_score_from"
+    where the layer says)}}.
     """
     if not layers:
         raise ValueError("network_scores: no routing layer")
     last = {layer["name"]: layer["iterations"][-1] for layer in layers}
     hidden = [row["d_score"] for name, row in last.items() if name != layers[-1]["name"]]
+    source = {layer["name"]: layer.get("d_score_from") for layer in layers}
     return {"t_score": float(np.mean([row["t_score"] for row in last.values()])),
             "d_score": float(np.mean(hidden)) if hidden else None,
             "digit_d_score": last[layers[-1]["name"]]["d_score"],
-            "layers": {name: {"t_score": row["t_score"], "d_score": row["d_score"]} for name, row in last.items()}}
+            "d_score_from": _sources(layers[:-1]) if hidden else None,
+            "digit_d_score_from": source[layers[-1]["name"]],
+            "layers": {name: dict({"t_score": row["t_score"], "d_score": row["d_score"]},
+                                  **({"d_score_from": source[name]} if source[name] else {}))
+                       for name, row in last.items()}}

@@ -1,20 +1,41 @@
 """The picture of a study's summary (``study run``'s summary.png): each configuration's mean test
-accuracy with its interval and seeds, the learning curves, and the gradient-flow figures over
-training."""
+accuracy with its interval and seeds, the learning curves, and every gradient-flow figure the study
+reports over training, two panels a row.
+
+Each curve panel has its own legend under it, where a configuration whose curve coincides with an
+earlier one's (equal where shown, ``figure_style.coinciding_labels``) is marked "(= EARLIER)": the
+later curve is drawn over the earlier, wider one. A configuration a panel does not draw is named in
+the panel with the reason, and a panel with nothing to draw says why.
+"""
 from __future__ import annotations
 
-from .figure_style import integer_ticks, series_style
-from .plots import pyplot
+import math
+import textwrap
+
+from .figure_style import coinciding_labels, integer_ticks, say_all_zero, series_style
+from .plots import _log_panel, pyplot
 
 FIGURE_LABELS = {"inner_share": "inner iterations' share of |grad u_hat| (DigitCaps)",
                  "mode_cosine": "cos(full, detach) of the gradient", "t_score": "T-score (mean over routing layers)",
                  "d_score": "D-score (hidden layers)", "digit_d_score": "D of DigitCaps",
                  "lowest_grad_norm": "|grad u_hat| of the lowest routing layer"}
+AXIS_LABELS = {"inner_share": "share of |grad u_hat|", "mode_cosine": "1 - cos(full, detach)", "t_score": "T-score",
+               "d_score": "D-score", "digit_d_score": "D", "lowest_grad_norm": "|grad u_hat|"}
+# why a configuration has no value of a figure (every logged step None)
+MISSING_REASONS = {"inner_share": "no inner iteration: one routing step",
+                   "mode_cosine": "no mode cosine logged: one gradient mode",
+                   "d_score": "no hidden capsule layer"}
 
-
-LOG_FIGURES = ("mode_cosine", "t_score")  # drawn on a log axis (1 - cos for the cosine)
+LOG_FIGURES = ("mode_cosine", "t_score", "lowest_grad_norm")  # drawn on a log axis (1 - cos for the cosine)
 # 1 - cos below this is float64 rounding of identical gradients (1 iteration's "modes"), not a figure
 COSINE_ROUNDING = 1e-12
+FLOOR_LABELS = {"mode_cosine": "< 1e-12: identical, to rounding (drawn on this floor)"}
+ZERO_TEXTS = {"mode_cosine": "1 - cos < 1e-12 everywhere:\nthe gradients are identical, to rounding",
+              "t_score": "T = 0 everywhere: uniform couplings", "lowest_grad_norm": "all gradients are zero"}
+COLUMNS = 2
+LEGEND_COLUMN_CHARACTERS = 26  # legend labels up to this long go two to a row under a panel
+FONTS = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 10,
+         "xtick.labelsize": 10, "ytick.labelsize": 10}
 
 
 def plot_study_summary(summary: dict, path) -> bool:
@@ -25,51 +46,173 @@ def plot_study_summary(summary: dict, path) -> bool:
     plt = pyplot()
     if plt is None:
         return False
-    rows = summary["rows"]
-    figures = [name for name in summary.get("figures", ()) if name in ("inner_share", "mode_cosine", "t_score")][:2]
-    panels = 2 + len(figures)
-    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.2 + 0.22 * len(rows)))
-    bars, curves = axes[0], axes[1]
-    for k, row in enumerate(rows):
-        if row["mean"] is not None:
-            low, high = row["ci95"] if row["ci95"] is not None else (row["mean"], row["mean"])
-            bars.errorbar([row["mean"]], [k], xerr=[[row["mean"] - low], [high - row["mean"]]], fmt="o", color="C0",
-                          capsize=3)
-            bars.plot(row["values"], [k] * len(row["values"]), "x", color="0.4", markersize=5)
-    bars.set(yticks=range(len(rows)), yticklabels=[row["config_id"] for row in rows], xlabel=summary["metric"],
-             title=f"{summary['study']}: mean, 95% interval (t), seeds (x)")
-    bars.invert_yaxis()
-    for k, row in enumerate(rows):
-        learning = row["curves"]["learning"]
-        if learning:
-            curves.plot(learning["epoch"], learning[summary["metric"]], label=row["config_id"], color=f"C{k % 10}",
-                        **series_style(k, len(rows), len(learning["epoch"])))
-    curves.set(xlabel="epoch", ylabel=f"{summary['metric']} (mean over seeds)", title="learning curves")
-    integer_ticks(curves.xaxis)
-    for ax, name in zip(axes[2:], figures):
-        for k, row in enumerate(rows):
-            gradflow = row["curves"]["gradflow"]
-            if gradflow and any(v is not None for v in gradflow[name]):
-                values = [None if v is None else (1.0 - v if name == "mode_cosine" else v) for v in gradflow[name]]
-                if name in LOG_FIGURES:  # zeros (and rounding below them) are left out of a log axis
-                    floor = COSINE_ROUNDING if name == "mode_cosine" else 0.0
-                    values = [v if v is not None and v > floor else None for v in values]
-                ax.plot(gradflow["step"], [float("nan") if v is None else v for v in values], label=row["config_id"],
-                        color=f"C{k % 10}", **series_style(k, len(rows), len(gradflow["step"])))
-        label = "1 - " + FIGURE_LABELS[name] if name == "mode_cosine" else FIGURE_LABELS[name]
-        scale = {"mode_cosine": "log scale; < 1e-12 (rounding) not drawn", "t_score": "log scale; 0 not drawn"}
-        ax.set(xlabel="training step", ylabel=scale.get(name, ""), title=f"{label}\n(mean over seeds, logged steps)")
-        if name in LOG_FIGURES and ax.lines:
-            ax.set_yscale("log")
-    # one legend for every curve panel, below them: a legend inside a panel hid the curves under it
-    drawn = {}
-    for ax in axes[1:]:
-        for line in ax.lines:
-            drawn.setdefault(line.get_label(), line)
-    if drawn:
-        fig.legend(list(drawn.values()), list(drawn), loc="lower center", ncol=min(len(drawn), 8), fontsize=8,
-                   frameon=False)
-    fig.tight_layout(rect=(0, 0.1 if drawn else 0, 1, 1))
-    fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
+    fig = study_summary_figure(summary)
+    fig.savefig(path, format="png", dpi=100, metadata={"Software": None})
     plt.close(fig)
     return True
+
+
+def study_summary_figure(summary: dict):
+    """The matplotlib figure of ``plot_study_summary`` (for saving or inspecting): panels two a row,
+    the accuracies, the learning curves, then one panel per figure of ``summary["figures"]``."""
+    plt = pyplot()
+    with plt.rc_context(FONTS):  # the texts take their sizes when made
+        return _summary_figure(plt, summary)
+
+
+def _summary_figure(plt, summary: dict):
+    """``study_summary_figure``'s work, inside its font sizes: the grid, sized from the number of
+    configurations (the accuracy panel's rows, the legends under the panels), and its panels."""
+    rows = summary["rows"]
+    figures = [name for name in summary.get("figures", ()) if name in FIGURE_LABELS]
+    panels = 2 + len(figures)
+    grid_rows = math.ceil(panels / COLUMNS)
+    longest = max((len(row["config_id"]) for row in rows), default=0)
+    columns = 2 if 2 * longest + 5 <= LEGEND_COLUMN_CHARACTERS else 1  # as _finish will choose, about
+    legend_h = 0.22 * math.ceil((len(rows) + 1) / columns) + 0.3
+    fig, axes = plt.subplots(grid_rows, COLUMNS, squeeze=False, layout="constrained",
+                             figsize=(6.4 * COLUMNS, grid_rows * (max(3.6, 0.28 * len(rows) + 1.2) + legend_h) + 0.5))
+    axes = list(axes.ravel())
+    for spare in axes[panels:]:
+        fig.delaxes(spare)
+    _accuracy_panel(axes[0], summary)
+    _learning_panel(axes[1], summary)
+    for ax, name in zip(axes[2:], figures):
+        _figure_panel(ax, summary, name)
+    finished = f"{summary.get('runs_finished', '?')} of {_count(summary.get('runs_planned', '?'), 'run')} finished"
+    fig.suptitle(f"study {summary['study']}: {summary['metric']} after {_count(summary.get('epochs', '?'), 'epoch')}, "
+                 f"{finished}"
+                 + ("" if summary.get("complete", True) else " (the others are not drawn)"), fontsize=13)
+    return fig
+
+
+def _count(n, word: str) -> str:
+    """"1 epoch", "3 epochs": ``n`` and ``word``, plural unless ``n`` is 1."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _nothing_yet(summary: dict) -> str:
+    """The text of a panel with nothing to draw because no run has finished."""
+    return (f"no finished run yet ({summary.get('runs_finished', 0)} of {summary.get('runs_planned', '?')}):\n"
+            "nothing to draw")
+
+
+def _accuracy_panel(ax, summary: dict) -> None:
+    """Each configuration's mean with its 95% interval and its seeds' values, one row each; a
+    configuration without a finished run says so on its row."""
+    rows = summary["rows"]
+    finished = [row for row in rows if row["mean"] is not None]
+    for k, row in enumerate(rows):
+        if row["mean"] is None:
+            continue
+        low, high = row["ci95"] if row["ci95"] is not None else (row["mean"], row["mean"])
+        ax.errorbar([row["mean"]], [k], xerr=[[row["mean"] - low], [high - row["mean"]]], fmt="o", color="C0",
+                    capsize=3)
+        ax.plot(row["values"], [k] * len(row["values"]), "x", color="0.4", markersize=6)
+    ax.set(yticks=range(len(rows)), yticklabels=[row["config_id"] for row in rows], xlabel=summary["metric"],
+           title="mean, 95% interval (t), seeds (x)")
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first configuration on top
+    if not finished:
+        ax.set_xlim(0, 1)
+        say_all_zero(ax, _nothing_yet(summary))
+        return
+    for k, row in enumerate(rows):
+        if row["mean"] is None:
+            ax.text(0.02, k, "no finished run", transform=ax.get_yaxis_transform(), va="center", fontsize=10,
+                    color="0.3", style="italic")
+
+
+def _learning_panel(ax, summary: dict) -> None:
+    """The mean learning curve of every configuration with a finished run."""
+    metric, series, missing = summary["metric"], [], []
+    for k, row in enumerate(summary["rows"]):
+        learning = row["curves"]["learning"]
+        if learning and learning.get("epoch"):
+            series.append((learning["epoch"], learning[metric], row["config_id"], _style(k, summary, len(learning["epoch"]))))
+        else:
+            missing.append((row["config_id"], "no finished run"))
+    for (x, values, _, style), label in zip(series, coinciding_labels(series)):
+        ax.plot(x, [math.nan if v is None else v for v in values], label=label, **style)
+    ax.set(xlabel="epoch", ylabel=f"{metric} (mean over seeds)", title="learning curves")
+    integer_ticks(ax.xaxis)
+    _finish(ax, summary, series, missing)
+
+
+def _figure_panel(ax, summary: dict, name: str) -> None:
+    """One gradient-flow figure of every configuration over the logged steps (mean over seeds)."""
+    series, missing = [], []
+    for k, row in enumerate(summary["rows"]):
+        gradflow = row["curves"]["gradflow"]
+        values = (gradflow or {}).get(name) or []
+        if not row.get("n"):
+            missing.append((row["config_id"], "no finished run"))
+        elif not gradflow or not gradflow.get("step"):
+            missing.append((row["config_id"], "no gradient-flow log"))
+        elif all(v is None for v in values):
+            missing.append((row["config_id"], MISSING_REASONS.get(name, "not logged")))
+        else:
+            series.append((gradflow["step"], _shown(name, values), row["config_id"],
+                           _style(k, summary, len(gradflow["step"]))))
+    log = name in LOG_FIGURES and series
+    if log:
+        _log_panel(ax, series, ZERO_TEXTS.get(name, "all values are 0"), FLOOR_LABELS.get(name, "0 (drawn on this floor)"))
+    else:
+        for (x, values, _, style), label in zip(series, coinciding_labels(series)):
+            ax.plot(x, [math.nan if v is None else v for v in values], label=label, **style)
+    scale = " (log scale)" if ax.get_yscale() == "log" else ""
+    label = "1 - " + FIGURE_LABELS[name] if name == "mode_cosine" else FIGURE_LABELS[name]
+    ax.set(xlabel="training step", ylabel=AXIS_LABELS[name] + scale, title=f"{label}\n(mean over seeds, logged steps)")
+    integer_ticks(ax.xaxis)
+    _finish(ax, summary, series, missing)
+
+
+def _shown(name: str, values: list) -> list:
+    """A figure's values as its panel draws them: 1 - cos for the cosine, rounding (1 - cos below
+    ``COSINE_ROUNDING``) as 0, which a log axis draws on its floor."""
+    if name != "mode_cosine":
+        return list(values)
+    return [None if v is None else (0.0 if 1.0 - v < COSINE_ROUNDING else 1.0 - v) for v in values]
+
+
+def _style(k: int, summary: dict, points: int) -> dict:
+    """The k-th configuration's colour, marker and width (the same in every panel)."""
+    return dict(series_style(k, len(summary["rows"]), points), color=f"C{k % 10}")
+
+
+def _finish(ax, summary: dict, series: list, missing: list) -> None:
+    """A curve panel's legend under it, and in it what it does not draw and why."""
+    if not series:
+        ax.set(yticks=[], xticks=[])
+        nothing_finished = not any(row.get("n") for row in summary["rows"])
+        say_all_zero(ax, _nothing_yet(summary) if nothing_finished else "nothing to draw:\n" + _missing_text(missing))
+        return
+    labels = ax.get_legend_handles_labels()[1]
+    columns = 2 if max(map(len, labels)) <= LEGEND_COLUMN_CHARACTERS else 1  # never wider than its panel
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=3.6, ncol=columns, frameon=False)
+    if missing:
+        text = "not drawn:\n" + _missing_text(missing)
+        _headroom(ax, text.count("\n") + 1)
+        ax.text(0.02, 0.98, text, transform=ax.transAxes, ha="left", va="top", fontsize=9, color="0.25",
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.7"))
+
+
+def _missing_text(missing: list) -> str:
+    """"name (reason)" per line; configurations with the same reason share a line."""
+    by_reason = {}
+    for name, reason in missing:
+        by_reason.setdefault(reason, []).append(name)
+    return "\n".join(textwrap.fill(f"{', '.join(names)} ({reason})", 60, break_long_words=False,
+                                   break_on_hyphens=False) for reason, names in by_reason.items())
+
+
+def _headroom(ax, text_lines: int) -> None:
+    """Raise the top of ``ax``'s y axis so that its curves stay below a note of ``text_lines`` lines
+    at the top of the panel (on a log axis, in decades)."""
+    ax.autoscale_view()
+    share = min(0.5, 0.07 * text_lines + 0.06)  # of the panel's height, for the note
+    low, high = ax.get_ylim()
+    if ax.get_yscale() == "log":
+        top = math.log10(low) + (math.log10(high) - math.log10(low)) / (1.0 - share)
+        ax.set_ylim(low, 10.0 ** top)
+    else:
+        ax.set_ylim(low, low + (high - low) / (1.0 - share))

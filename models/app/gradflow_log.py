@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..analysis.routing_statistics import network_scores, per_iteration, routing_statistics
+from ..analysis.routing_statistics import layer_statistics, network_scores
 from .run_state import write_text_atomically
 
 
@@ -35,13 +35,13 @@ class GradflowLog:
         """Append one line for the traces of a step whose backward has run (gradients retained); returns it.
 
         Layout: {"epoch", "batch" (1-based within the epoch), "step" (1-based over the run), "mode" (the
-        routing gradient mode), "layers": [{"name", "iterations": [{"iteration", statistics...}]}],
+        routing gradient mode), "layers": [{"name", "d_score_from" ("activations" or "lengths": what
+        the layer's D-score is taken from), "iterations": [{"iteration", statistics...}]}],
         "network": the network's T and D (``routing_statistics.network_scores``)}, and with
         ``mode_cosine`` (``train --log-mode-cosine``) "mode_cosine": {parameter or "all": the cosine
         between the step's gradient and the other routing-gradient mode's}.
         """
-        layers = [{"name": trace.name or "digit", "iterations": per_iteration(routing_statistics(trace))}
-                  for trace in traces]
+        layers = [layer_statistics(trace) for trace in traces]
         record = {"epoch": epoch, "batch": batch, "step": step, "mode": mode, "layers": layers,
                   "network": network_scores(layers)}
         if mode_cosine is not None:

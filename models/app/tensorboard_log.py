@@ -5,13 +5,27 @@ it, training says so in one line and writes its JSON-lines logs as always. Tags:
 
     train/loss, train/accuracy, train/lr, train/images_per_second   per logging interval (each batch
                                                                     on the CPU, every 50 on a GPU)
-    epoch/<metric>                                                   each line of metrics.jsonl, at
-                                                                     the step that ended its epoch
-    gradflow/<layer>/iteration_<r>/<statistic>                       each line of gradflow.jsonl
+    epoch/<metric>                                                   each number of a metrics.jsonl
+                                                                     line, at the step that ended its
+                                                                     epoch (a nested one as
+                                                                     epoch/<key>/<key>)
+    gradflow/<layer>/iteration_<r>/<statistic>                       each gradflow.jsonl line's
+                                                                     per-iteration numbers
+    network/t_score, network/d_score, network/digit_d_score,         the network's T and D scores of
+    network/<layer>/t_score, network/<layer>/d_score                 each gradflow.jsonl line
+    mode_cosine/all, mode_cosine/<parameter>                         cos(full, detach) of the step's
+                                                                     gradients (--log-mode-cosine)
+    gradflow/<key>                                                   any other number of the line
+                                                                     (its epoch and batch)
     coupling/<layer>/iteration_<r>                                   histograms of the couplings
     gradient/<parameter>                                             histograms of the gradients
     reconstructions                                                  test images over their
                                                                      reconstructions, at each epoch's end
+
+``train --tensorboard`` writes them all as the run goes; ``plot --tensorboard-out`` and the study
+exports write the scalars from the logs (``epoch/``, ``gradflow/``, ``network/``, ``mode_cosine/``),
+the same tags and values, but have no ``train/`` interval means, histograms or reconstructions:
+the logs do not keep them.
 
 Steps are global training steps (1-based, as in gradflow.jsonl and in metrics.jsonl's "step"; a log
 written before metrics lines had it is exported at its epochs). A resumed run hides the events a
@@ -57,22 +71,19 @@ class TensorBoardLog:
                 self.writer.add_scalar(f"train/{name}", value, step)
 
     def epoch(self, record: dict) -> None:
-        """``epoch/<metric>`` for every number of one metrics.jsonl line, at the step that ended it."""
+        """``epoch/<metric>`` for every number of one metrics.jsonl line (nested ones as
+        ``epoch/<key>/<key>``), at the step that ended it."""
         step = record.get("step", record["epoch"])
-        for name, value in record.items():
-            if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(f"epoch/{name}", value, step)
+        for tag, value in numbers(record, "epoch", skip=("step",)):
+            self.writer.add_scalar(tag, value, step)
 
     def gradflow(self, record: dict, traces=(), parameters=()) -> None:
-        """One gradflow.jsonl line as scalars, and (when given) the histograms of its step's couplings
-        per layer and iteration (``traces``) and of the gradients (``parameters``: (name, Tensor))."""
+        """Every number of one gradflow.jsonl line as a scalar (``gradflow_scalars``), and (when given)
+        the histograms of its step's couplings per layer and iteration (``traces``) and of the
+        gradients (``parameters``: (name, Tensor))."""
         step = record["step"]
-        for layer in record["layers"]:
-            for stats in layer["iterations"]:
-                for name, value in stats.items():
-                    if name != "iteration" and isinstance(value, (int, float)) and math.isfinite(value):
-                        self.writer.add_scalar(f"gradflow/{layer['name']}/iteration_{stats['iteration']}/{name}",
-                                               value, step)
+        for tag, value in gradflow_scalars(record):
+            self.writer.add_scalar(tag, value, step)
         for trace in traces:
             for r, coupling in enumerate(trace.coupling):
                 self.writer.add_histogram(f"coupling/{trace.name or 'digit'}/iteration_{r}", to_numpy(coupling.data), step)
@@ -100,6 +111,42 @@ class TensorBoardLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _is_number(value) -> bool:
+    """A finite int or float (not a bool, not None)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def numbers(record: dict, prefix: str, skip=()):
+    """(tag, value) for every finite number in ``record``, nested dicts included: ``prefix/key`` and
+    ``prefix/key/inner``; the top-level keys in ``skip`` are left out."""
+    for key, value in record.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict):
+            yield from numbers(value, f"{prefix}/{key}")
+        elif _is_number(value):
+            yield f"{prefix}/{key}", value
+
+
+def gradflow_scalars(record: dict) -> list:
+    """(tag, value) for every number of one gradflow.jsonl line: ``gradflow/<layer>/iteration_<r>/
+    <statistic>`` per routing layer and iteration, ``network/...`` for the network's T and D scores
+    (``network/<layer>/...`` per layer), ``mode_cosine/<parameter>`` and ``mode_cosine/all``, and
+    ``gradflow/<key>`` for the line's other numbers (epoch, batch); its step is the events' step."""
+    scalars = []
+    for layer in record["layers"]:
+        for stats in layer["iterations"]:
+            scalars += numbers(stats, f"gradflow/{layer['name']}/iteration_{stats['iteration']}", skip=("iteration",))
+    network = dict(record.get("network") or {})
+    per_layer = network.pop("layers", None) or {}
+    scalars += numbers(network, "network")
+    for name, scores in per_layer.items():
+        scalars += numbers(scores, f"network/{name}")
+    scalars += numbers(record.get("mode_cosine") or {}, "mode_cosine")
+    scalars += numbers(record, "gradflow", skip=("step", "layers", "network", "mode_cosine"))
+    return scalars
 
 
 def export_run(metrics: list, gradflow: list, folder) -> int:

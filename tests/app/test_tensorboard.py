@@ -131,3 +131,62 @@ def test_a_study_exports_one_tensorboard_run_per_configuration_and_seed(data_dir
     capsys.readouterr()
     assert cli.main(["study", "summary", str(study), "--tensorboard-out", str(tmp_path / "afile")]) == 2
     assert "--tensorboard-out" in capsys.readouterr().err
+
+
+def leaves(record, prefix=""):
+    """Every number of a JSON line, as (path, value), the lists of layers and iterations by name and index."""
+    if isinstance(record, dict):
+        for key, value in record.items():
+            yield from leaves(value, f"{prefix}/{key}")
+    elif isinstance(record, list):
+        for k, value in enumerate(record):
+            yield from leaves(value, f"{prefix}[{k}]")
+    elif isinstance(record, (int, float)) and not isinstance(record, bool):
+        yield prefix, record
+
+
+def test_the_scalars_of_a_gradflow_line_are_every_number_it_holds():
+    from tinygrad_caps.models.app.tensorboard_log import gradflow_scalars
+
+    rows = [{"iteration": 0, "t_score": 0.1, "d_score": 0.2, "grad_norm_sum": 1.0, "grad_norm_agreement": 0.5},
+            {"iteration": 1, "t_score": 0.3, "d_score": 0.4, "grad_norm_sum": 2.0, "grad_norm_agreement": None}]
+    record = {"epoch": 2, "batch": 3, "step": 7, "mode": "full", "d_note": "text",
+              "layers": [{"name": "digit", "d_score_from": "activations", "iterations": rows}],
+              "network": {"t_score": 0.3, "d_score": None, "digit_d_score": 0.4, "digit_d_score_from": "activations",
+                          "layers": {"digit": {"t_score": 0.3, "d_score": 0.4}}},
+              "mode_cosine": {"digit.weight": 0.9, "conv1.bias": None, "all": 0.95}}
+    scalars = dict(gradflow_scalars(record))
+    assert scalars == {"gradflow/digit/iteration_0/t_score": 0.1, "gradflow/digit/iteration_0/d_score": 0.2,
+                       "gradflow/digit/iteration_0/grad_norm_sum": 1.0,
+                       "gradflow/digit/iteration_0/grad_norm_agreement": 0.5,
+                       "gradflow/digit/iteration_1/t_score": 0.3, "gradflow/digit/iteration_1/d_score": 0.4,
+                       "gradflow/digit/iteration_1/grad_norm_sum": 2.0,
+                       "network/t_score": 0.3, "network/digit_d_score": 0.4, "network/digit/t_score": 0.3,
+                       "network/digit/d_score": 0.4, "mode_cosine/digit.weight": 0.9, "mode_cosine/all": 0.95,
+                       "gradflow/epoch": 2, "gradflow/batch": 3}
+    # every number of the line is there (the step is the events' step, None and text are no scalars)
+    numbers = [value for path, value in leaves(record) if path not in ("/step",) and not path.endswith("/iteration")]
+    assert sorted(numbers) == sorted(scalars.values())
+
+
+def test_a_live_run_and_its_export_hold_the_same_scalars_but_the_interval_means(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(data_dir, out, "--epochs", "2", "--log-gradflow", "2", "--log-mode-cosine", "--tensorboard") == 0
+    assert cli.main(["plot", str(out), "--tensorboard-out", str(tmp_path / "tb")]) == 0
+    live, export = events(out / "tensorboard"), events(tmp_path / "tb")
+    live_tags, export_tags = set(live.Tags()["scalars"]), set(export.Tags()["scalars"])
+    assert export_tags == {tag for tag in live_tags if not tag.startswith("train/")}
+    gradflow = lines(out / "gradflow.jsonl")
+    steps = [record["step"] for record in gradflow]
+    for tag, key in (("network/t_score", ("network", "t_score")), ("network/digit_d_score", ("network", "digit_d_score")),
+                     ("mode_cosine/all", ("mode_cosine", "all")), ("network/digit/t_score", None)):
+        for read in (live, export):
+            assert [e.step for e in read.Scalars(tag)] == steps
+            if key is not None:
+                assert [e.value for e in read.Scalars(tag)] == pytest.approx(
+                    [record[key[0]][key[1]] for record in gradflow], rel=1e-6)
+    assert "mode_cosine/digit.weight" in export_tags and "gradflow/batch" in export_tags
+    metrics = lines(out / "metrics.jsonl")
+    for key in ("train_margin_loss", "test_reconstruction_loss", "seconds"):
+        assert [e.value for e in export.Scalars(f"epoch/{key}")] == pytest.approx([m[key] for m in metrics], rel=1e-6)
+    assert set(live.Tags()["histograms"]) and not export.Tags()["histograms"] and not export.Tags()["images"]

@@ -310,3 +310,105 @@ def test_missing_matplotlib_or_pillow_is_refused_before_any_work(runs, tmp_path,
     captured = capsys.readouterr()
     assert captured.out == "" and "pictures need matplotlib" in captured.err
     assert list(tmp_path.iterdir()) == []
+
+
+# ----- a study's summary.png -----
+ALL_FIGURES = ["inner_share", "mode_cosine", "t_score", "d_score", "digit_d_score", "lowest_grad_norm"]
+
+
+def summary_row(config_id, accuracy=(0.5, 0.6), gradflow=True, inner=True, hidden=False, cosine=1.0 - 1e-6):
+    """A summary.json row with two finished seeds (none for ``accuracy=()``) and its mean curves."""
+    if not accuracy:
+        return {"config_id": config_id, "config": {}, "n": 0, "seeds": [], "values": [], "mean": None, "std": None,
+                "ci95": None, "metrics": {}, "curves": {"learning": {}, "gradflow": {}}}
+    steps = [10, 20, 30]
+    curve = {"step": steps, "inner_share": [0.1, 0.2, 0.3] if inner else [None] * 3,
+             "mode_cosine": [cosine] * 3, "t_score": [0.0, 1e-3, 2e-3], "d_score": [0.1, 0.2, 0.3] if hidden else [None] * 3,
+             "digit_d_score": [0.01, 0.02, 0.03], "lowest_grad_norm": [1e-3, 1e-4, 1e-5]}
+    mean = sum(accuracy) / len(accuracy)
+    return {"config_id": config_id, "config": {}, "n": len(accuracy), "seeds": list(range(len(accuracy))),
+            "values": list(accuracy), "mean": mean, "std": 0.07, "ci95": [mean - 0.1, mean + 0.1], "metrics": {},
+            "curves": {"learning": {"epoch": [1, 2], "test_accuracy": [0.4, mean]}, "gradflow": curve if gradflow else {}}}
+
+
+def study_summary(rows, figures=ALL_FIGURES, finished=None):
+    finished = sum(row["n"] for row in rows) if finished is None else finished
+    return {"study": "made-up", "metric": "test_accuracy", "epochs": 2, "complete": all(row["n"] for row in rows),
+            "runs_finished": finished, "runs_planned": 2 * len(rows), "figures": list(figures), "rows": rows,
+            "comparisons": []}
+
+
+def panel(fig, title_start):
+    return next(ax for ax in fig.axes if ax.get_title().startswith(title_start))
+
+
+def panel_texts(ax):
+    """The texts written in a panel, their wrapped lines joined again."""
+    return " ".join(t.get_text().replace("\n", " ") for t in ax.texts)
+
+
+def test_study_summary_is_a_readable_grid_of_every_figure(tmp_path):
+    from tinygrad_caps.models.analysis.study_figures import FIGURE_LABELS, plot_study_summary, study_summary_figure
+
+    fig = study_summary_figure(study_summary([summary_row("a"), summary_row("b", (0.7, 0.8), hidden=True)]))
+    assert len(fig.axes) == 2 + len(ALL_FIGURES)  # every figure the study reports, not two of them
+    assert {ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes} == {(4, 2)}  # two panels a row
+    for name in ALL_FIGURES:
+        label = FIGURE_LABELS[name]
+        assert any(label in ax.get_title() for ax in fig.axes), name
+    width, height = fig.get_size_inches()
+    assert height > 0.9 * width  # a grid, not a strip
+    fig.canvas.draw()
+    texts = [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label)]
+    assert min(t.get_fontsize() for t in texts if t.get_text()) >= 11
+    assert min(t.get_fontsize() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()) >= 10
+    renderer = fig.canvas.get_renderer()
+    for left, right in zip(fig.axes[0::2], fig.axes[1::2]):  # a right panel's y label clears the left panel
+        assert right.yaxis.label.get_window_extent(renderer).x0 > left.get_tightbbox(renderer).x1
+    for ax in fig.axes:  # "log scale" only on a log axis
+        assert ("log scale" in ax.get_ylabel()) == (ax.get_yscale() == "log"), ax.get_title()
+    assert panel(fig, "1 - ").get_yscale() == "log" and panel(fig, "D of DigitCaps").get_yscale() == "linear"
+    plot_study_summary(study_summary([summary_row("a")]), tmp_path / "summary.png")
+    with Image.open(tmp_path / "summary.png") as image:
+        assert image.size[1] > 600 and image.size[0] <= 1400
+
+
+def test_study_summary_names_coinciding_curves_and_what_a_panel_does_not_draw():
+    from tinygrad_caps.models.analysis.study_figures import study_summary_figure
+
+    rows = [summary_row("routing1", inner=False, cosine=1.0), summary_row("routing3-full"),
+            summary_row("routing3-detach"), summary_row("unfinished", accuracy=()),
+            summary_row("deep", (0.1, 0.2), hidden=True)]
+    fig = study_summary_figure(study_summary(rows))
+    learning = panel(fig, "learning curves")
+    labels = learning.get_legend_handles_labels()[1]
+    assert labels[:3] == ["routing1", "routing3-full (= routing1)", "routing3-detach (= routing1)"]
+    assert "unfinished (no finished run)" in panel_texts(learning)
+    inner = panel(fig, "inner iterations")
+    assert "routing1 (no inner iteration: one routing step)" in panel_texts(inner)
+    assert "routing1" not in inner.get_legend_handles_labels()[1]
+    hidden = panel(fig, "D-score (hidden layers)")
+    assert "no hidden capsule layer" in panel_texts(hidden) and "routing3-full" in panel_texts(hidden)
+    assert hidden.get_legend_handles_labels()[1] == ["deep"]
+    cosine = panel(fig, "1 - cos")  # identical gradients (1 - cos = 0) on a marked floor, not left out
+    assert "routing1" in cosine.get_legend_handles_labels()[1]
+    assert any("identical, to rounding" in label for label in cosine.get_legend_handles_labels()[1])
+    bars = panel(fig, "mean, 95% interval")
+    assert "no finished run" in panel_texts(bars)
+    # no curve hides under a note: every note sits above the highest point drawn
+    fig.canvas.draw()
+    for ax in fig.axes[1:]:
+        for note in (t for t in ax.texts if t.get_text().startswith("not drawn")):
+            top = max(np.nanmax(line.get_transform().transform(line.get_xydata())[:, 1]) for line in ax.lines)
+            assert note.get_window_extent().y0 >= top, ax.get_title()
+
+
+def test_study_summary_without_a_finished_run_says_so_in_every_panel():
+    from tinygrad_caps.models.analysis.study_figures import study_summary_figure
+
+    rows = [summary_row("a", accuracy=()), summary_row("b", accuracy=())]
+    fig = study_summary_figure(study_summary(rows, figures=["t_score", "mode_cosine", "inner_share"]))
+    assert len(fig.axes) == 5 and "0 of 4 runs finished" in fig._suptitle.get_text()
+    for ax in fig.axes:
+        assert "no finished run yet (0 of 4)" in panel_texts(ax), ax.get_title()
+        assert not ax.lines and "log scale" not in ax.get_ylabel()

@@ -445,3 +445,120 @@ def test_gradflow_shows_a_progress_bar_on_a_terminal_only(tmp_path, capsys, monk
     assert "gradflow: " in err and "batch" in err
     assert cli.main([*args, "--out", str(tmp_path / "c"), "--no-progress"]) == 0
     assert "gradflow" not in capsys.readouterr().err
+
+
+# ----- every path of a one-step routing, "=" at the shown precision, D from activations, a missing run -----
+def one_step_line(step, agreement=1e-4):
+    """A gradflow.jsonl line of a one-step routing (self-routing's layout): one iteration with both paths."""
+    row = {"iteration": 0, "coupling_entropy": 0.99, "grad_norm_sum": 1e-5, "grad_norm_agreement": agreement * step}
+    return {"epoch": 1, "batch": step, "step": step, "mode": "full", "layers": [{"name": "digit", "iterations": [row]}]}
+
+
+def test_plot_draws_the_agreement_path_of_a_one_step_routing():
+    from tinygrad_caps.models.plots import run_figure
+
+    paths = run_figure([metrics_line(1)], [one_step_line(step) for step in (1, 2, 3)]).axes[2]
+    assert legend_labels(paths) == ["r=0 sum", "r=0 agreement"]
+    agreement = next(line for line in paths.lines if line.get_label() == "r=0 agreement")
+    assert list(agreement.get_ydata()) == pytest.approx([1e-4, 2e-4, 3e-4])  # the larger path, drawn
+    summed = next(line for line in paths.lines if line.get_label() == "r=0 sum")
+    assert agreement.get_linestyle() == "--" and summed.get_linestyle() == "-"
+    assert agreement.get_markerfacecolor() == "none" != summed.get_markerfacecolor()
+    # dynamic routing's last iteration has no agreement path: none is drawn for it
+    labels = legend_labels(run_figure([metrics_line(1)], [gradflow_line(1)]).axes[2])
+    assert not any(label.startswith("r=2 agreement") for label in labels)
+    assert any(label.startswith("r=1 agreement") for label in labels)
+
+
+@pytest.mark.parametrize("routing", ["self-attention", "self-routing"])
+def test_gradflow_picture_tells_the_two_paths_of_a_one_step_routing_apart(routing):
+    from tinygrad_caps.models.plots import gradflow_figure
+
+    tc.manual_seed(0)
+    model = CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=2,
+                    num_classes=3, routing=routing).to(dtype="float64")
+    if routing == "self-routing":  # W_route = 0 at the start: let the coupling depend on u
+        model.digit.route_weight.data[...] = np.random.default_rng(0).normal(0, 0.5, model.digit.route_weight.shape)
+    report = gradient_flow_report(model, *tiny_batch())
+    paths = gradflow_figure(report).axes[0]
+    summed, agreement = (next(line for line in paths.lines if line.get_label().startswith(f"full digit {p} path"))
+                         for p in ("sum", "agreement"))
+    assert len(summed.get_xdata()) == len(agreement.get_xdata()) == 1  # one point each
+    assert agreement.get_ydata()[0] > 0 and summed.get_ydata()[0] > 0
+    assert (agreement.get_marker(), agreement.get_markerfacecolor(), agreement.get_markersize()) != (
+        summed.get_marker(), summed.get_markerfacecolor(), summed.get_markersize())
+    assert agreement.get_markerfacecolor() == "none" and agreement.get_markersize() > summed.get_markersize()
+
+
+def test_legend_says_equal_only_for_values_equal_as_shown():
+    from tinygrad_caps.models.figure_style import coinciding_labels
+    from tinygrad_caps.models.plots import run_figure
+
+    x = [1, 2]
+    assert coinciding_labels([(x, [1.0, 2.0], "a"), (x, [1.01, 2.02], "b")]) == ["a", "b"]  # 1% apart
+    assert coinciding_labels([(x, [1.0, 2.0], "a"), (x, [1.00001, 2.0], "b")]) == ["a", "b (= a)"]  # 4 digits
+    assert coinciding_labels([(x, [0.0, None], "a"), (x, [-0.0, None], "b")]) == ["a", "b (= a)"]
+    lines = [gradflow_line(step) for step in (1, 2)]
+    for line in lines:  # r = 1's sum path 1% above r = 0's
+        rows = line["layers"][0]["iterations"]
+        rows[1]["grad_norm_sum"] = rows[0]["grad_norm_sum"] * 1.01
+    labels = legend_labels(run_figure([metrics_line(1)], lines).axes[2])
+    assert "r=1 sum" in labels and not any(label.startswith("r=1 sum (=") for label in labels)
+
+
+def test_d_score_is_taken_from_the_activations_where_the_routing_has_them(tmp_path):
+    from tinygrad_caps.models.app.commands.gradflow import format_report
+    from tinygrad_caps.models.app.gradflow_log import GradflowLog
+    from tinygrad_caps.models.routing_statistics import activation_d_score, routing_statistics
+
+    x, y = tiny_batch()
+    for routing, source in (("em", "activations"), ("self-routing", "activations"), ("dynamic", "lengths")):
+        tc.manual_seed(0)
+        model = CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=2,
+                        num_classes=3, routing=routing).to(dtype="float64")
+        outputs = model(tc.tensor(x), y, return_trace=True)
+        trace = outputs.traces[-1]
+        stats = routing_statistics(trace)
+        for r, d in enumerate(stats["d_score"]):
+            if source == "activations":
+                activations = trace.activations[r].numpy()
+                assert d == pytest.approx(float(activations.std(axis=0).max()), rel=1e-12)
+                assert d == activation_d_score(activations)
+            else:
+                assert d == pytest.approx(float(np.linalg.norm(trace.outputs[r].numpy(), axis=-1).std(axis=0).max()))
+        report = gradient_flow_report(model, x, y, modes=("full",))
+        full = report["modes"]["full"]
+        assert full["layers"][0]["d_score_from"] == source and full["network"]["digit_d_score_from"] == source
+        assert f" layer digit (D from {source})" in format_report(report)
+        assert f"; D from {source}" in format_report(report)
+    line = GradflowLog(tmp_path / "gradflow.jsonl", 1).write(1, 1, 1, "full", [trace])  # dynamic's trace, the last
+    assert line["layers"][0]["d_score_from"] == "lengths" and line["network"]["digit_d_score_from"] == "lengths"
+
+
+def test_plot_of_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    assert cli.main(["plot", str(tmp_path / "qiuck")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(f"{tmp_path / 'qiuck'} does not exist"), err
+    (tmp_path / "file").write_text("")
+    assert cli.main(["plot", str(tmp_path / "file")]) == 2
+    assert "is a file, not a run folder" in capsys.readouterr().err
+
+
+def test_the_plot_of_a_study_run_names_its_configuration_and_study(tmp_path, monkeypatch):
+    from tinygrad_caps.models.app.commands import plot as plot_command
+    from tinygrad_caps.models.plots import run_figure
+
+    study = tmp_path / "study"
+    run = write_run(study / "runs" / "routing3-full" / "seed-0", [metrics_line(1)], [gradflow_line(1)])
+    write_run(tmp_path / "alone" / "runs" / "x" / "seed-0", [metrics_line(1)])  # no study.json: the folder's name
+    plan = {"study": "gradient-modes", "options": {}, "seeds": [0], "epochs": 1,
+            "configs": [{"config_id": "routing3-full", "options": {"routing_iterations": 3},
+                         "runs": [{"seed": 0, "path": "runs/routing3-full/seed-0"}]}]}
+    (study / "study.json").write_text(json.dumps(plan))
+    names = []
+    monkeypatch.setattr(plot_command, "plot_metrics", lambda metrics, gradflow, out, name: names.append(name))
+    assert cli.main(["plot", str(run)]) == 0
+    assert cli.main(["plot", str(tmp_path / "alone" / "runs" / "x" / "seed-0")]) == 0
+    assert names == ["seed-0: configuration routing3-full (routing_iterations=3) of study gradient-modes", "seed-0"]
+    title = run_figure([metrics_line(1)], [], names[0])._suptitle.get_text()
+    assert "routing3-full" in title and "gradient-modes" in title and title.startswith("run seed-0")

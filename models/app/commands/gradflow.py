@@ -150,6 +150,17 @@ def path_shares(iterations: list) -> list:
     return [(a / total if total else 0.0, None if b is None else (b / total if total else 0.0)) for a, b in norms]
 
 
+def _d_sources(network: dict) -> str:
+    """"; D from activations" (or lengths, or "hidden from ..., DigitCaps from ...") for the network
+    line: what its D-scores were taken from; "" where the report does not say."""
+    hidden, digit = network.get("d_score_from"), network.get("digit_d_score_from")
+    if not digit:
+        return ""
+    if hidden in (None, digit):
+        return f"; D from {digit}"
+    return f"; D from {hidden} (hidden), {digit} (DigitCaps)"
+
+
 def format_report(report: dict) -> str:
     """The report as a table per mode and routing layer, then the parameter gradient norms and cosines."""
     config = report["config"]
@@ -162,7 +173,8 @@ def format_report(report: dict) -> str:
         lines.append(f"mode {mode}: loss {result['loss']:.5f}"
                      + (f", top Hessian eigenvalue (digit.weight) {eigen:.5g}" if eigen is not None else ""))
         for layer in result["layers"]:
-            lines.append(f" layer {layer['name']}")
+            source = layer.get("d_score_from")
+            lines.append(f" layer {layer['name']}" + (f" (D from {source})" if source else ""))
             lines.append(header)
             for row, (share_sum, share_agree) in zip(layer["iterations"], path_shares(layer["iterations"])):
                 lines.append(f"  {row['iteration']:>2} {_fixed(row['coupling_entropy']):>8} {_norm(row['t_score']):>10} "
@@ -173,7 +185,8 @@ def format_report(report: dict) -> str:
         if network:
             hidden = "no hidden layer" if network["d_score"] is None else _norm(network["d_score"])
             lines.append(f" network: T-score {_norm(network['t_score'])} (mean over routing layers, last iteration), "
-                         f"D-score {hidden} (hidden layers; DigitCaps' own D {_norm(network['digit_d_score'])})")
+                         f"D-score {hidden} (hidden layers; DigitCaps' own D {_norm(network['digit_d_score'])})"
+                         + _d_sources(network))
     modes = list(report["modes"])
     names = list(report["modes"][modes[0]]["parameter_grad_norms"])
     lines.append("parameter gradient norms" + (" and cosine between modes" if report.get("mode_cosine") else ""))

@@ -1,6 +1,7 @@
 """``tinygrad-caps plot RUN``: a training run's loss, accuracy and gradient-flow curves, from its logs."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ...analysis.plots import plot_metrics
@@ -9,6 +10,7 @@ from ..option_checks import check_out_folder
 from ..output_paths import check_picture_path
 from ..tensorboard_log import TensorBoardUnavailable, export_run
 from ..run_logs import read_gradflow, read_metrics
+from ..study_runner import read_study
 
 
 def plot_run(run_dir, out=None) -> Path:
@@ -20,8 +22,10 @@ def plot_run(run_dir, out=None) -> Path:
     """
     run_dir = Path(run_dir)
     metrics_path = run_dir / "metrics.jsonl"
+    if not run_dir.exists():
+        raise UsageError(f"{run_dir} does not exist")
     if not run_dir.is_dir():
-        raise UsageError(f"{run_dir} is not a run folder")
+        raise UsageError(f"{run_dir} is a file, not a run folder")
     if not metrics_path.exists():
         raise UsageError(f"{run_dir} holds no metrics.jsonl; is it a training run folder?")
     out = check_picture_path(out if out else run_dir / "plot.png", "--out")
@@ -30,8 +34,31 @@ def plot_run(run_dir, out=None) -> Path:
     gradflow = read_gradflow(gradflow_path) if gradflow_path.exists() else []
     if not metrics and not gradflow:
         raise UsageError(f"{metrics_path} holds no finished epoch yet, and there is no gradflow.jsonl: nothing to plot")
-    plot_metrics(metrics, gradflow, out, run_dir.absolute().name)
+    plot_metrics(metrics, gradflow, out, run_name(run_dir))
     return out
+
+
+def run_name(run_dir) -> str:
+    """The name a run's picture gives it: its folder's name, and for a run of a study
+    (STUDY/runs/CONFIG/seed-S, the configuration in STUDY/study.json) also the configuration, its own
+    options and the study, e.g. "seed-0: configuration routing3-full (routing_iterations=3) of study
+    gradient-modes"."""
+    run_dir = Path(run_dir).absolute()
+    name = run_dir.name
+    if len(run_dir.parents) < 3 or run_dir.parents[1].name != "runs":
+        return name
+    try:
+        plan = read_study(run_dir.parents[2])
+    except UsageError:  # an unreadable study.json costs the title its configuration, not the picture
+        return name
+    relative = run_dir.relative_to(run_dir.parents[2]).as_posix()
+    for config in (plan or {}).get("configs", ()):
+        if isinstance(config, dict) and any(isinstance(run, dict) and run.get("path") == relative
+                                            for run in config.get("runs", ())):
+            options = ", ".join(f"{k}={json.dumps(v)}" for k, v in (config.get("options") or {}).items())
+            return (f"{name}: configuration {config.get('config_id')}" + (f" ({options})" if options else "")
+                    + f" of study {plan.get('study')}")
+    return name
 
 
 def export_tensorboard(run_dir, folder) -> Path:
