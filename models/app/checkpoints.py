@@ -89,8 +89,8 @@ def load_checkpoint_model(path, overrides=None, device="auto"):
         conflicts = [f"--{k.replace('_', '-')} {v} (the checkpoint's is {checkpoint['config'].get(k)})"
                      for k, v in (overrides or {}).items() if checkpoint["config"].get(k) != json.loads(json.dumps(v))]
         if conflicts:  # the option, not the weights it mis-shapes, is what the user can change
-            raise UsageError(f"{', '.join(conflicts)} cannot apply to {path}: its weights have the shapes of the "
-                             "model it was trained as; drop the option") from exc
+            raise tc.CheckpointError(f"{', '.join(conflicts)} cannot apply to {path}: its weights have the shapes "
+                                     f"of the model it was trained as; drop the option ({exc})") from exc
         raise tc.CheckpointError(f"{path}: {exc}") from exc
     model.to(device=device)
     return model, config

@@ -148,11 +148,15 @@ register_study(
 # bias 0.1) and capsule/utils.py (their squash, eps 1e-8).
 PEER_SETTINGS = {"squash": "peer", "capsule_init": "peer", "routing_iterations": 2, "reconstruction_weight": 1e-5}
 HIDDEN_LAYER = [32, 12]  # Peer et al.'s hidden capsule layers: 32 capsules of 12 values
+MAX_DEPTH = 16  # the depth study's deepest stack (--max-depth): 4 configurations per depth
 
 
 def depth_configurations(max_depth: int = 3) -> dict:
     """0 to ``max_depth`` hidden (32, 12) capsule layers, without and with capsule bias, with our
-    initialisation and squash ("ours") and with Peer et al.'s settings ("peer")."""
+    initialisation and squash ("ours") and with Peer et al.'s settings ("peer"); ValueError for a
+    ``max_depth`` that is not an integer in [0, MAX_DEPTH]."""
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 0 <= max_depth <= MAX_DEPTH:
+        raise ValueError(f"study depth: max_depth must be an integer in [0, {MAX_DEPTH}], got {max_depth!r}")
     configs = {}
     for variant in ("ours", "peer"):
         for depth in range(max_depth + 1):

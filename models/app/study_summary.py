@@ -40,7 +40,7 @@ from ..analysis.study_figures import plot_study_summary
 from ..errors import UsageError
 from .run_logs import read_json_lines, read_metrics
 from .study_registry import STUDIES
-from .study_runner import read_study, write_if_changed
+from .study_runner import read_study, run_status, write_if_changed
 
 METRIC = "test_accuracy"
 LOSSES = ("train_loss", "test_loss")
@@ -151,6 +151,7 @@ def summarize(out, figures=None) -> dict:
             metrics = read_metrics(metrics_path) if metrics_path.exists() else []
             final = next((line for line in metrics if line["epoch"] == epochs), None)
             if final is None:
+                check_unfinished(run_dir, metrics_path, epochs)
                 continue
             done += 1
             seeds.append(run["seed"])
@@ -169,6 +170,46 @@ def summarize(out, figures=None) -> dict:
     return {"study": plan["study"], "metric": METRIC, "epochs": epochs, "complete": planned == done,
             "runs_finished": done, "runs_planned": planned, "figures": list(figures), "rows": rows,
             "comparisons": comparisons(rows)}
+
+
+def check_unfinished(run_dir: Path, metrics_path: Path, epochs: int) -> None:
+    """A run whose metrics.jsonl has no line for epoch ``epochs`` has not finished it (it is left
+    out of the summary), unless its checkpoint says it has: then its log was lost, and the summary
+    would silently drop it, so that is a UsageError naming the run."""
+    if run_status(run_dir, epochs) != "finished":
+        return
+    lost = "is missing" if not metrics_path.exists() else f"has no line for epoch {epochs}"
+    raise UsageError(f"run {run_dir}: its checkpoint has finished epoch {epochs} but its {metrics_path.name} {lost}; "
+                     "delete the run folder and continue the study with --resume to train it again")
+
+
+def plural(count, word: str) -> str:
+    """"1 epoch", "3 epochs", "0.5 minutes": ``count`` and ``word``, plural unless ``count`` is 1."""
+    shown = f"{count:g}" if isinstance(count, float) else str(count)
+    return f"{shown} {word}{'' if count == 1 else 's'}"
+
+
+def non_finite_field(value, where: str = "summary"):
+    """The first field of ``value`` (dicts and lists of numbers) that holds NaN or an infinity, as
+    ``rows[0].metrics.t_score.mean``, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_field(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
+def summary_json(summary: dict, path) -> str:
+    """summary.json's text; UsageError naming the field where a number is NaN or infinite (which
+    JSON cannot hold: a run's log holds a non-finite value)."""
+    field = non_finite_field(summary)
+    if field is not None:
+        raise UsageError(f"{path}: not written: {field} is not a finite number (a run's metrics.jsonl or "
+                         "gradflow.jsonl holds a NaN or an infinity)")
+    return json.dumps(summary, indent=2, allow_nan=False) + "\n"
 
 
 def welch_difference(a: dict, b: dict) -> dict | None:
@@ -239,9 +280,9 @@ def _options_text(options: dict) -> str:
 def summary_markdown(summary: dict) -> str:
     """summary.json as Markdown: one row per configuration, then the comparisons."""
     figures = summary["figures"]
-    lines = [f"# Study {summary['study']}: {summary['metric']} after {summary['epochs']} epochs",
+    lines = [f"# Study {summary['study']}: {summary['metric']} after {plural(summary['epochs'], 'epoch')}",
              "",
-             f"{summary['runs_finished']} of {summary['runs_planned']} runs finished"
+             f"{summary['runs_finished']} of {plural(summary['runs_planned'], 'run')} finished"
              + ("." if summary["complete"] else " (the others are not in the table)."),
              "Mean ± sample standard deviation over the seeds; 95%: the Student-t interval of the mean.",
              "",
@@ -271,18 +312,20 @@ def summary_markdown(summary: dict) -> str:
 
 def write_summary(out, figures=None) -> dict:
     """Write DIR/summary.json, summary.md and (with matplotlib) summary.png where they change;
-    returns the summary with "written": the files written."""
+    returns the summary with "written": the files written, and "unchanged": those that held it already."""
     out = Path(out)
     summary = summarize(out, figures)
-    written = []
-    if write_if_changed(out / "summary.json", json.dumps(summary, indent=2) + "\n"):
-        written.append(out / "summary.json")
-    if write_if_changed(out / "summary.md", summary_markdown(summary)):
-        written.append(out / "summary.md")
+    texts = {out / "summary.json": summary_json(summary, out / "summary.json"),
+             out / "summary.md": summary_markdown(summary)}
+    written, unchanged = [], []
+    for path, text in texts.items():
+        (written if write_if_changed(path, text) else unchanged).append(path)
     picture = io.BytesIO()
     if plot_study_summary(summary, picture):
         data, path = picture.getvalue(), out / "summary.png"
         if not path.exists() or path.read_bytes() != data:
             path.write_bytes(data)
             written.append(path)
-    return dict(summary, written=[str(p) for p in written])
+        else:
+            unchanged.append(path)
+    return dict(summary, written=[str(p) for p in written], unchanged=[str(p) for p in unchanged])

@@ -287,10 +287,32 @@ def routing_refusal(name: str, gradient: str = "full", bias: bool = False, leaky
 
 
 def routing_layer(name: str, in_caps, in_dim, out_caps, out_dim, **options):
-    """A routing layer of the registered routing ``name`` (options as ``register_routing`` lists them)."""
+    """A routing layer of the registered routing ``name`` (options as ``register_routing`` lists them);
+    TypeError where its factory returns something that is not a ``RoutingLayer`` (``check_routing_layer``)."""
     if name not in _ROUTINGS:
         raise ValueError(f"routing must be one of {', '.join(_ROUTINGS)}, got {name!r} (register_routing adds one)")
-    return _ROUTINGS[name](in_caps, in_dim, out_caps, out_dim, routing=name, **options)
+    return check_routing_layer(name, _ROUTINGS[name](in_caps, in_dim, out_caps, out_dim, routing=name, **options))
+
+
+# What a CapsNet uses of each routing layer: route() in its forward, weight and bias in its initialisations.
+ROUTING_LAYER_MEMBERS = ("route", "weight", "bias")
+
+
+def check_routing_layer(name: str, layer):
+    """``layer`` if it is what the factory of routing ``name`` must return (a ``RoutingLayer``);
+    else a TypeError naming the routing, what the factory returned and what that lacks."""
+    if isinstance(layer, RoutingLayer):
+        return layer
+    advice = "the factory must return a RoutingLayer: subclass RoutingLayer and write route_votes (docs/routing.md)"
+    if layer is None:
+        raise TypeError(f"routing {name!r}: its layer factory returned None, not a layer; {advice}")
+    lacks = [] if callable(getattr(layer, "route", None)) else ["route()"]
+    lacks += [member for member in ROUTING_LAYER_MEMBERS[1:] if not hasattr(layer, member)]
+    if not isinstance(layer, nn.Module):
+        lacks.append("Module parameters")
+    missing = f"it has no {', no '.join(lacks)}" if lacks else "it does not derive from RoutingLayer"
+    raise TypeError(f"routing {name!r}: its layer factory returned a {type(layer).__module__}."
+                    f"{type(layer).__qualname__}, not a RoutingLayer ({missing}); {advice}")
 
 
 for _name, _factory in (("dynamic", CapsuleLayer), ("uniform", CapsuleLayer), ("em", EMRoutingLayer),

@@ -98,3 +98,41 @@ def test_the_cuda_graph_example_runs_on_the_stand_in():
 
     (code,) = [c for p, _, c in BLOCKS if p.name == "kernels-and-gpu.md" and "CapturedStep(" in c]
     assert run_standin(["-c", code], devices=1).split()[0] == "True"  # captured, then replayed
+
+
+NUMBER = re.compile(r"^-?\d+(\.\d+)?(e[-+]\d+)?$")
+
+
+def same_line(shown: str, printed: str) -> bool:
+    """Whether a table line of a page and a printed line agree: the same words, and numbers equal to
+    within what another CPU's float rounding can change (3 parts in 1,000, or 1e-6 near 0)."""
+    a, b = shown.split(), printed.split()
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if NUMBER.match(x) and NUMBER.match(y):
+            if abs(float(x) - float(y)) > 1e-6 + 3e-3 * abs(float(y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+@pytest.mark.slow
+def test_the_gradflow_table_of_docs_is_what_the_command_prints(tmp_path, capsys):
+    """docs/gradient-flow.md shows the table of its first ``gradflow`` command: every line it shows
+    (its "..." leaves the other parameters out) is printed, in that order, by the command today."""
+    from tinygrad_caps.data import DatasetError, load_dataset
+    from tinygrad_caps.models import cli
+
+    try:
+        load_dataset("fashion-mnist", "test", download_missing=False)
+    except DatasetError:
+        pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+    page = (ROOT / "docs" / "gradient-flow.md").read_text()
+    command = re.search(r"^tinygrad-caps gradflow (--conv1-channels .*?) --out \S+$", page, re.M).group(1)
+    table = re.search(r"```text\n(gradient flow: fresh initialisation.*?)```", page, re.S).group(1).splitlines()
+    assert cli.main(["gradflow", *command.split(), "--out", str(tmp_path / "gf"), "--no-progress"]) == 0
+    printed = iter(capsys.readouterr().out.splitlines())
+    for line in (line for line in table if line != "..."):
+        assert any(same_line(line, candidate) for candidate in printed), f"docs/gradient-flow.md shows {line!r}"

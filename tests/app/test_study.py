@@ -7,6 +7,7 @@ import json
 import math
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,6 +203,10 @@ def test_resume_adds_seeds_and_epochs_and_refuses_a_changed_option(tmp_path, dat
     (["study", "run", "conventions", "--seeds", "2", "--seed-list", "1,2"], "not both"),
     (["study", "run", "conventions", "--seed-list", "1,1"], "distinct"),
     (["study", "run", "no-such-study"], "no study named 'no-such-study'"),
+    (["study", "run", "conventions", "--seed-list", "1" + "0" * 30], "--seed-list: expected distinct integers in [0, 2**63)"),
+    (["study", "run", "conventions", "--seeds", "1" + "0" * 30], "--seeds must lie in [1, 1000], got 1" + "0" * 30),
+    (["study", "run", "conventions", "--seeds", "1001"], "--seeds must lie in [1, 1000]"),
+    (["study", "run", "depth", "--max-depth", "1" + "0" * 30], "--max-depth must lie in [1, 16]"),
 ])
 def test_refusals_are_one_line_and_status_2(tmp_path, capsys, argv, message):
     assert cli.main([*argv, "--out", str(tmp_path / "x")]) == 2
@@ -290,3 +295,266 @@ def test_mean_curves_meet_at_the_steps_every_run_logged():
     every_20 = {"step": [20, 40], "t": [20.0, 40.0]}
     assert _mean_curve([every_10, every_20]) == {"step": [20, 40], "t": [11.0, 22.0]}
     assert _mean_curve([every_10, {}]) == every_10
+
+
+# --- refusals before anything is written, the plan's loader, the summary's lines, the lock ---
+
+
+def test_resume_of_a_folder_without_a_study_is_refused_with_the_command_that_starts_one(tmp_path, data, capsys):
+    out = tmp_path / "doesnotexist"
+    assert study("gradient-modes", out, data, "--resume", "--seeds", "1") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--resume: {out} holds no study (study.json) to continue" in err
+    assert f"without --resume: tinygrad-caps study run gradient-modes --out {out} " in err
+    assert "--resume" not in err.split("without --resume: ")[1] and "--seeds 1" in err
+    assert not out.exists()
+    out.mkdir()  # an empty folder holds no study either
+    assert study("gradient-modes", out, data, "--resume") == 2
+    assert "holds no study" in capsys.readouterr().err and list(out.iterdir()) == []
+
+
+def test_the_tensorboard_export_is_kept_in_the_plan_and_done_when_the_study_is_continued(tmp_path, data, capsys,
+                                                                                       monkeypatch):
+    exported = []
+
+    def export(run_dir, folder):
+        exported.append(folder.relative_to(tb))
+        return folder
+
+    monkeypatch.setattr(study_command, "export_tensorboard", export)
+    out, tb = tmp_path / "cut", tmp_path / "tb"
+    clock = iter(range(10 ** 9))  # one second per reading of the clocks: the study stops within its first runs
+    fake_time = types.SimpleNamespace(monotonic=lambda: float(next(clock)), perf_counter=time.perf_counter)
+    for module in (study_command, study_runner, training):
+        monkeypatch.setattr(module, "time", fake_time)
+    assert study("conventions", out, data, "--seed-list", "5", "--epochs", "2", "--tensorboard-out", str(tb),
+                 "--max-minutes", "0.1") == 75
+    printed = capsys.readouterr().out
+    assert read_json(out / "study.json")["tensorboard_out"] == str(tb)
+    assert f"continue with: tinygrad-caps study run conventions --out {out} --resume --tensorboard-out {tb}" in printed
+    for module in (study_command, study_runner, training):
+        monkeypatch.setattr(module, "time", time)
+    exported.clear()
+    assert cli.main(["study", "run", "conventions", "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert sorted(map(str, exported)) == [f"{c}/seed-5" for c in sorted(["paper-full", "paper-detach", "official-full",
+                                                                         "official-detach"])]
+    assert f"written: {tb} (TensorBoard, 4 runs)" in capsys.readouterr().out
+
+
+def test_summary_names_the_files_it_writes_and_those_it_leaves_and_counts_in_the_singular(tmp_path, data, capsys):
+    out = tmp_path / "one"
+    assert study("conventions", out, data, "--seed-list", "0", "--epochs", "1") == 0
+    printed = capsys.readouterr().out
+    assert f"written: {out / 'summary.json'}" in printed and f"written: {out / 'summary.md'}" in printed
+    assert "# Study conventions: test_accuracy after 1 epoch\n" in (out / "summary.md").read_text()
+    assert "4 of 4 runs finished." in (out / "summary.md").read_text()
+    (out / "summary.md").unlink()
+    assert cli.main(["study", "summary", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"unchanged: {out / 'summary.json'}" in lines and f"written: {out / 'summary.md'}" in lines
+    assert "after 1 epochs" not in "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory):
+    """A finished gradient-modes study (one seed, one epoch, gradient flow logged every step) to copy."""
+    root = tmp_path_factory.mktemp("finished")
+    write_striped_dataset(root / "data" / "tiny", (24, 12), compress=False)
+    data = ["--dataset", "tiny", "--data-dir", str(root / "data")]
+    assert study("gradient-modes", root / "study", data, "--seed-list", "0", "--epochs", "1",
+                 "--log-gradflow", "1") == 0
+    return root / "study"
+
+
+@pytest.fixture
+def study_copy(finished_study, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(finished_study, tmp_path / "study"))
+
+
+def _damage(plan):
+    """{name: (change of a study.json, the field the refusal names)} for the damages below."""
+    run = plan["configs"][0]["runs"][0]
+    return {
+        "configs a string": ({"configs": "routing1"}, "field configs must be a non-empty list"),
+        "configs empty": ({"configs": []}, "field configs must be a non-empty list"),
+        "config without runs": ({"configs": [{k: v for k, v in plan["configs"][0].items() if k != "runs"}]},
+                                "field configs[0].runs is missing"),
+        "run without path": ({"configs": [dict(plan["configs"][0], runs=[{"seed": 0}])]},
+                             "field configs[0].runs[0].path is missing"),
+        "run listed twice": ({"configs": [dict(plan["configs"][0], runs=[run, run])]},
+                             "field configs[0].runs[1].seed 0: the run is listed twice"),
+        "run in two configurations": ({"configs": [plan["configs"][0], dict(plan["configs"][1], runs=[run])]},
+                                      "field configs[1].runs[0].path runs/routing1/seed-0: the run is listed twice"),
+        "epochs a string": ({"epochs": "1"}, "field epochs must be a positive integer, got the string '1'"),
+        "epochs 0": ({"epochs": 0}, "field epochs must be a positive integer, got the integer 0"),
+        "epochs negative": ({"epochs": -1}, "field epochs must be a positive integer, got the integer -1"),
+        "epochs NaN": ({"epochs": float("nan")}, "field epochs must be a positive integer, got the number nan"),
+        "epochs true": ({"epochs": True}, "field epochs must be a positive integer, got true"),
+        "seeds a string": ({"seeds": "0"}, "field seeds must be a non-empty list"),
+        "seeds duplicated": ({"seeds": [0, 0]}, "field seeds lists the seed 0 twice"),
+        "options a string": ({"options": "x"}, "field options must be an object, got the string 'x'"),
+    }
+
+
+@pytest.mark.parametrize("damage", list(_damage({"configs": [{"runs": [{}]}, {}]})))
+def test_a_damaged_study_json_is_one_line_naming_the_file_and_the_field(study_copy, capsys, damage):
+    path = study_copy / "study.json"
+    plan = read_json(path)
+    change, message = _damage(plan)[damage]
+    path.write_text(json.dumps(dict(plan, **change)))
+    before = snapshot(study_copy)
+    for argv in (["study", "summary", str(study_copy)],
+                 ["study", "run", "gradient-modes", "--out", str(study_copy), "--resume", "--no-progress"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{path}: {message}" in err, err
+    assert snapshot(study_copy) == before
+
+
+def test_summary_refuses_a_finished_run_whose_metrics_were_lost_and_never_writes_nan(study_copy, capsys):
+    run = study_copy / "runs" / "routing3-full" / "seed-0"
+    gradflow = run / "gradflow.jsonl"
+    lines = read_lines(gradflow)
+    lines[-1]["network"]["t_score"] = float("nan")
+    gradflow.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert cli.main(["study", "summary", str(study_copy)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{gradflow}: line {len(lines)}: NaN is not a finite number" in err
+    assert "NaN" not in (study_copy / "summary.json").read_text()
+
+    (run / "metrics.jsonl").unlink()
+    assert cli.main(["study", "summary", str(study_copy)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"run {run}: its checkpoint has finished epoch 1 but its metrics.jsonl is missing" in err
+
+
+def test_summary_json_holds_no_nan():
+    from tinygrad_caps.models.app.study_summary import summary_json
+    from tinygrad_caps.models.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"rows\[0\]\.ci95\[1\] is not a finite number"):
+        summary_json({"rows": [{"ci95": [0.5, float("inf")]}]}, "summary.json")
+    assert json.loads(summary_json({"rows": [{"mean": None}]}, "summary.json")) == {"rows": [{"mean": None}]}
+
+
+def test_out_inside_a_training_run_or_another_studys_runs_is_refused_before_anything_is_written(
+        study_copy, tmp_path, data, capsys):
+    train_run = tmp_path / "train-run"
+    (train_run / "checkpoints").mkdir(parents=True)
+    (train_run / "config.json").write_text("{}")
+    cases = [(train_run, "is the run folder of a training run"),
+             (train_run / "study", f"lies inside {train_run}, which is the run folder of a training run"),
+             (study_copy / "runs" / "routing1" / "seed-0", "is the run folder of a training run"),
+             (study_copy / "runs" / "mine", f"lies inside the run folders of the study in {study_copy}")]
+    before = snapshot(tmp_path)
+    for out, message in cases:
+        assert study("conventions", out, data, "--seed-list", "0", "--epochs", "1") == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"--out {out} {message}" in err, err
+    assert snapshot(tmp_path) == before and not (train_run / "study").exists()
+    assert not (study_copy / "runs" / "mine").exists()
+
+
+@pytest.mark.parametrize("name, extra, message", [
+    ("conventions", ["--routing", "em"], "configuration official-full: routing 'em' takes no capsule bias"),
+    ("depth", ["--routing", "em", "--max-depth", "1"], "configuration ours-depth0-bias: routing 'em' takes no capsule"),
+    ("gradient-modes", ["--routing", "self-attention"],
+     "configuration routing1: --log-mode-cosine: routing 'self-attention' is not iterative"),
+    ("conventions", ["--device", "cpu", "--cuda-graph", "on"],
+     "configuration paper-full: --cuda-graph on: the training step cannot be captured"),
+    ("conventions", ["--dataset", "no-such-data"], "configuration paper-full: dataset 'no-such-data' not found"),
+    ("conventions", ["--data-dir", "MISSING"], "configuration paper-full: dataset 'tiny' not found"),
+])
+def test_an_option_no_configuration_can_take_is_refused_before_the_folder_is_created(tmp_path, data, capsys, name,
+                                                                                    extra, message):
+    extra = [str(tmp_path / "missing") if word == "MISSING" else word for word in extra]
+    out = tmp_path / "refused"
+    assert study(name, out, data, "--seed-list", "0", "--epochs", "1", *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_every_time_limited_call_trains_at_least_one_batch(tmp_path, data, registry):
+    register_study("one", {"only": {}}, varies="nothing", epochs=1, seeds=1)
+    out = tmp_path / "one"
+    last = out / "runs" / "only" / "seed-0" / "checkpoints" / "last.npz"
+    positions = []
+    for _ in range(10):  # 3 batches and a test pass: a few calls, each moving the run on
+        status = study("one", out, data, *(["--resume"] if positions else []), "--max-minutes", "1e-9")
+        progress = training.tc.load(last)["progress"]
+        positions.append((progress["epoch"], progress["step"]))
+        if status == 0:
+            break
+        assert status == 75
+    assert positions[-1] == (1, 0) and positions[0] >= (0, 1)
+    assert all(a < b for a, b in zip(positions, positions[1:])), positions
+
+
+def _lock(path, **fields):
+    import os
+    import socket
+
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "started": "2026-01-01T00:00:00+00:00",
+              "token": "x", **fields}
+    path.write_text(json.dumps(record) + "\n")
+    return path.read_text()
+
+
+def test_a_second_driver_of_a_study_folder_is_refused_and_a_stale_lock_taken_over(study_copy, capsys):
+    import os
+    import subprocess
+    import sys
+
+    lock = study_copy / "study.lock"
+    resume = ["study", "run", "gradient-modes", "--out", str(study_copy), "--resume", "--no-progress"]
+    held = _lock(lock)  # a live driver: this very process
+    before = snapshot(study_copy)
+    assert cli.main(resume) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"{study_copy} is being run by another study run (pid {os.getpid()} on " in err and "2026-01-01" in err
+    assert snapshot(study_copy) == before and lock.read_text() == held
+
+    _lock(lock, host="another-host.example")
+    assert cli.main(resume) == 2
+    assert f"if it has ended, delete {lock}" in capsys.readouterr().err
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    _lock(lock, pid=int(gone.stdout))  # its driver has ended: taken over, and released at the end
+    assert cli.main(resume) == 0
+    assert not lock.exists() and not list(study_copy.glob("study.lock*"))
+
+
+def test_the_lock_is_released_on_an_error_and_on_ctrl_c(study_copy, monkeypatch):
+    from tinygrad_caps.models.errors import UsageError
+
+    resume = ["study", "run", "gradient-modes", "--out", str(study_copy), "--resume", "--no-progress"]
+    for stop, status in ((UsageError("stopped"), 2), (KeyboardInterrupt(), 130)):
+        def train_runs(*args, stop=stop, **kwargs):
+            assert (study_copy / "study.lock").exists()
+            raise stop
+
+        monkeypatch.setattr(study_command, "train_runs", train_runs)
+        assert cli.main(resume) == status
+        assert not (study_copy / "study.lock").exists()
+
+
+def test_a_real_second_process_is_refused_while_the_first_holds_the_folder(study_copy, capsys):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time; from tinygrad_caps.models.app.study_lock import study_lock\n"
+                               "with study_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
+                               str(study_copy)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cli.main(["study", "run", "gradient-modes", "--out", str(study_copy), "--resume"]) == 2
+        assert f"(pid {holder.pid} on " in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()

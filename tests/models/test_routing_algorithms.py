@@ -363,3 +363,31 @@ def test_em_hidden_layers_pass_their_activations_up():
     hidden = model.hidden[0].route(u)
     top = model.digit.route(hidden.poses, hidden.activations)
     np.testing.assert_allclose(model(x).lengths.numpy(), top.activations.numpy(), rtol=1e-12)
+
+
+class PlainLayer(tc.nn.Module):
+    """Not a RoutingLayer: a Module with a forward and nothing a CapsNet's routing layers have."""
+
+    def __init__(self, *args, **options):
+        super().__init__()
+
+    def forward(self, u):
+        return u
+
+
+@pytest.mark.parametrize("factory, message", [
+    (PlainLayer, r"^routing 'user-plain': its layer factory returned a [\w.]*PlainLayer, not a RoutingLayer \(it has "
+                 r"no route\(\), no weight, no bias\); the factory must return a RoutingLayer"),
+    (lambda *args, **options: None, r"^routing 'user-plain': its layer factory returned None, not a layer; the factory "
+                                    r"must return a RoutingLayer"),
+])
+@pytest.mark.parametrize("hidden", [[], [(4, 3)]])
+def test_a_routing_factory_that_returns_no_routing_layer_is_refused_when_the_model_is_built(factory, message, hidden):
+    from tinygrad_caps.models import register_routing, unregister_routing
+
+    register_routing("user-plain", factory)
+    try:
+        with pytest.raises(TypeError, match=message):
+            CapsNet(routing="user-plain", hidden_capsules=hidden, **SMALL)
+    finally:
+        unregister_routing("user-plain")

@@ -10,10 +10,14 @@ from ...errors import UsageError
 from ..option_checks import check_out_folder
 from ..progress import bars_wanted
 from ..study_registry import STUDIES, get_study
-from ..study_runner import (EXIT_TIME_LIMIT, STUDY_ONLY, continue_command, parse_seed_list, plan_study, read_study,
-                            train_runs, write_plan)
-from ..study_summary import summary_markdown, write_summary
+from ..study_lock import study_lock
+from ..study_registry import MAX_DEPTH
+from ..study_runner import (EXIT_TIME_LIMIT, STUDY_ONLY, check_plan_runs, continue_command, parse_seed_list,
+                            plan_study, read_study, train_runs, write_plan)
+from ..study_summary import plural, summary_markdown, write_summary
 from .plot import export_tensorboard
+
+MAX_SEEDS = 1000  # seeds of one study: --seeds N and --seed-list's count
 
 
 def list_studies() -> str:
@@ -56,14 +60,42 @@ def export_study_tensorboard(out, folder) -> list:
 
 
 def report_summary(out, tensorboard_out=None) -> None:
-    """Write and print the study's summary; with ``tensorboard_out``, export its runs there too."""
+    """Write and print the study's summary and one line per summary file: ``written: PATH``, or
+    ``unchanged: PATH`` where it held the summary already; with ``tensorboard_out``, export its runs
+    there too."""
     summary = write_summary(out)
     print(summary_markdown(summary), end="")
     for path in summary["written"]:
         print(f"written: {path}")
+    for path in summary.get("unchanged", ()):
+        print(f"unchanged: {path}")
     if tensorboard_out is not None:
         runs = export_study_tensorboard(out, tensorboard_out)
-        print(f"written: {tensorboard_out} (TensorBoard, {len(runs)} runs)")
+        print(f"written: {tensorboard_out} (TensorBoard, {plural(len(runs), 'run')})")
+
+
+def study_seeds(args):
+    """The seeds ``--seeds`` or ``--seed-list`` give (None: the study's, or the saved plan's);
+    UsageError for both, or for more than MAX_SEEDS."""
+    if args.seeds is not None and args.seed_list is not None:
+        raise UsageError("give --seeds N or --seed-list S,S,..., not both")
+    if args.seeds is not None and not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds must lie in [1, {MAX_SEEDS}], got {args.seeds}")
+    if args.seed_list is None:
+        return list(range(args.seeds)) if args.seeds is not None else None
+    seeds = parse_seed_list(args.seed_list)
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"--seed-list: at most {MAX_SEEDS} seeds, got {len(seeds)}")
+    return seeds
+
+
+def study_parameters(args) -> dict:
+    """The study parameters the command line gives (``--max-depth``, checked against its range)."""
+    if args.max_depth is None:
+        return {}
+    if not 1 <= args.max_depth <= MAX_DEPTH:
+        raise UsageError(f"--max-depth must lie in [1, {MAX_DEPTH}], got {args.max_depth}")
+    return {"max_depth": args.max_depth}
 
 
 def run_study(args) -> int:
@@ -73,21 +105,23 @@ def run_study(args) -> int:
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
     explicit = set(getattr(args, "explicit", set()))
-    if args.seeds is not None and args.seed_list is not None:
-        raise UsageError("give --seeds N or --seed-list S,S,..., not both")
-    seeds = parse_seed_list(args.seed_list) if args.seed_list is not None else (
-        list(range(args.seeds)) if args.seeds is not None else None)
+    seeds = study_seeds(args)
     given = {k: v for k, v in vars(args).items() if k not in STUDY_ONLY}
     command = "tinygrad-caps " + shlex.join(getattr(args, "command_line", None) or ["study", "run", args.name])
     plan = plan_study(study, args.out, given, explicit - set(STUDY_ONLY), seeds=seeds, epochs=args.epochs,
-                      parameters={"max_depth": args.max_depth} if args.max_depth is not None else {},
-                      resume=args.resume, command=command)
-    write_plan(Path(args.out), plan)
-    deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
-    result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
-    report_summary(args.out, args.tensorboard_out)
+                      parameters=study_parameters(args), resume=args.resume, command=command,
+                      tensorboard_out=args.tensorboard_out)
+    tensorboard_out = plan.get("tensorboard_out")
+    if tensorboard_out is not None and args.tensorboard_out is None:  # the saved one, checked as a given one is
+        check_out_folder(Path(tensorboard_out), resume=True, option="--tensorboard-out")
+    check_plan_runs(plan, args.out)  # every configuration, before anything is written
+    with study_lock(args.out):
+        write_plan(Path(args.out), plan)
+        deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
+        result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
+        report_summary(args.out, tensorboard_out)
     if result["stopped"]:
-        print(f"stopped after {args.max_minutes:g} minutes with {result['finished']} of {result['total']} runs "
-              f"finished; continue with: {continue_command(plan, args.out)}")
+        print(f"stopped after {plural(args.max_minutes, 'minute')} with {result['finished']} of "
+              f"{plural(result['total'], 'run')} finished; continue with: {continue_command(plan, args.out)}")
         return EXIT_TIME_LIMIT
     return 0
