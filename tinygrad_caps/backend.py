@@ -30,8 +30,6 @@ from .kernels.device import device_context as on_device_of  # noqa: F401
 # meaning changes with the current GPU)
 from .kernels.device import device_name as absolute_device_of  # noqa: F401
 
-DEVICES = ("cpu", "cuda")  # and "cuda:N"
-
 
 @functools.lru_cache(maxsize=None)
 def _gpu_status() -> tuple[bool, str]:

@@ -98,3 +98,32 @@ def test_a_device_error_inside_an_op_stays_a_device_error():
     with pytest.raises(tc.DeviceError, match="cuda:0 and cuda:1") as caught:
         OnTwoDevices()(t(2))
     assert not isinstance(caught.value, tc.ShapeError)
+
+
+def test_a_value_error_from_a_forward_that_is_not_about_shapes_stays_a_value_error():
+    from tinygrad_caps.autograd import Function
+
+    class NeedsPositive(Function):
+        def forward(self, x):
+            raise ValueError("k must be positive, got -1")
+
+    with pytest.raises(ValueError, match="^k must be positive, got -1$") as caught:
+        NeedsPositive()(t(2, 3))
+    assert not isinstance(caught.value, tc.ShapeError)
+
+
+@pytest.mark.parametrize("combine, shapes", [
+    (lambda a, b: a + b, r"\(2, 3\), \(4, 3\)"),        # operands could not be broadcast together
+    (lambda a, b: a @ b, r"\(2, 3\), \(4, 3\)"),        # matmul: ... mismatch in its core dimension
+    (lambda a, b: np.dot(a, b), r"\(2, 3\), \(4, 3\)"),  # shapes (2,3) and (4,3) not aligned
+    (lambda a, b: a.reshape(b.shape), r"\(2, 3\), \(4, 3\)"),  # cannot reshape array of size 6
+])
+def test_a_shape_mismatch_inside_a_forward_is_a_shape_error_naming_the_op_and_shapes(combine, shapes):
+    from tinygrad_caps.autograd import Function
+
+    class Combine(Function):
+        def forward(self, a, b):
+            return combine(a, b)
+
+    with pytest.raises(tc.ShapeError, match=f"^Combine: .*input shapes {shapes}"):
+        Combine()(t(2, 3), t(4, 3))

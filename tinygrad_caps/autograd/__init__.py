@@ -30,7 +30,7 @@ interface, :class:`Observer`, registered per thread; with none registered they c
 attribute check.
 
     grad_mode.py   no_grad, enable_grad, set_grad_enabled; the per-thread state (modes, observers)
-    function.py    Function: one node; what it saves, the versions it checks
+    function.py    Function: one node; what it saves, the versions it checks; edges(): its edges, filtered once
     engine.py      the walk: topological order, run_backward, and its entry points backward and grad
     deferred.py    DeferredGradient, and the buffers that sum (and merge) the gradients reaching a tensor
     accumulate.py  setting .grad: a writeable array of its own for each tensor

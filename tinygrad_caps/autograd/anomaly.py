@@ -9,6 +9,7 @@ import traceback
 
 from ..backend import array_module, on_device_of
 from ..errors import AnomalyError
+from .function import edges
 from .grad_mode import _state
 from .observers import Observer, observing
 
@@ -46,11 +47,9 @@ class _AnomalyChecks(Observer):
     def node_backward(self, fn, grad_output, grads, start):
         # each gradient the walk will pass on, in the walk's order (its cast to the input's dtype,
         # an op, is checked as one)
-        for x, gx, need, edge in zip(fn.inputs, grads, fn.needs_grad, fn.next):
-            if not need or gx is None or edge is None:
-                continue
-            if gx.shape != x.shape:
-                return  # the walk refuses this one first (GraphError)
+        for _, gx, _, x, shape_error in edges(fn, grads):
+            if shape_error is not None:
+                return  # the walk refuses this one first
             if _has_nonfinite(gx.data):
                 raise AnomalyError(f"{fn.describe()} produced NaN or Inf in its backward "
                                    f"(gradient of input {tuple(x.shape)})")

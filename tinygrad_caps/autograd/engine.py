@@ -10,9 +10,9 @@ from ..backend import on_device_of
 from ..errors import GraphError, ShapeError
 from .accumulate import GradAssigner
 from .deferred import GradientBuffers, materialized
-from .function import Function
+from .function import Function, edges
 from .grad_mode import _state, set_grad_enabled
-from .hooks import finish_hooked_leaves, pending_hooked_leaves, run_hooks, run_post_accumulate_hooks
+from .hooks import post_hooks, run_hooks, run_post_accumulate_hooks
 
 
 def backward(tensor, grad=None, retain_graph=False, create_graph=False):
@@ -71,33 +71,14 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
         walk.receive(root, g)
     order = topological_order([r.creator for r in roots if r.creator is not None])
     needed = walk.plan(order)  # grad(): only the nodes on a path to a target
-    buffers, leaves, pending, observer = walk.buffers, walk.leaves, walk.pending, walk.observer
     with set_grad_enabled(create_graph):
         for fn in order:
             if needed is not None and id(fn) not in needed:
                 continue
             with _node_device(fn):  # the node's GPU is current while its gradient is handled
-                gy = buffers.pop(id(fn))
-                reached = gy is not None  # (not when every consumer returned None for it)
-                if reached:
-                    gy = walk.output_gradient(fn, gy)
-                    fn.check_versions()
-                    gxs = _backward_of(fn, gy) if observer is None else walk.observed_backward(fn, gy)
-                    del gy  # a gradient is freed as soon as its node consumed it
-                    for x, gx, need, edge in zip(fn.inputs, gxs, fn.needs_grad, fn.next):
-                        if not need or gx is None or edge is None:
-                            continue
-                        if gx.shape != x.shape:
-                            raise GraphError(f"{fn.name}.backward returned a gradient of shape {gx.shape} "
-                                             f"for an input of shape {tuple(x.shape)}")
-                        if gx.dtype != x.dtype:
-                            gx = materialized(gx).astype(x.dtype)
-                        if not isinstance(edge, Function):
-                            leaves[id(edge)] = edge
-                        buffers.add(id(edge), gx)
-                    del gxs
-                if pending:  # backward(): leaves whose gradient is complete get it, and their hooks run
-                    finish_hooked_leaves(fn, pending, buffers, walk.assigner)
+                reached = walk.run_node(fn)
+                if walk.pending:  # backward(): leaves whose gradient is complete get it, and their hooks run
+                    walk.count_down_hooked_leaves(fn)
                 if reached and not retain_graph:
                     fn.release()
         walk.finish()
@@ -106,7 +87,8 @@ def run_backward(roots, root_grads, targets=None, retain_graph=False, create_gra
 
 class _Walk:
     """What one ``run_backward`` keeps besides its loop: the gradient buffers, where results go
-    (``.grad``, or the targets of ``grad()``), and this thread's observer."""
+    (``.grad``, or the targets of ``grad()``), this thread's observer, and for ``backward()`` how
+    many edges each leaf with post-accumulate hooks still waits for."""
 
     def __init__(self, root_grads, targets, create_graph):
         self.observer = _state.observer
@@ -116,9 +98,10 @@ class _Walk:
         self.target_keys = None if targets is None else {_key_of(t): t for t in targets}
         self.leaves = {}    # id -> leaf for every leaf a gradient reached
         self.captured = {}  # key -> gradient of a target (grad())
-        self.pending = None  # hooked leaves still waiting for an edge (backward())
+        self.pending = None  # id -> edges still to come, per hooked leaf (backward())
 
     def receive(self, root, g):
+        """Seed the walk with gradient ``g`` for ``root``."""
         self.buffers.add(_key_of(root), g)
         if root.creator is None:
             self.leaves[id(root)] = root
@@ -127,8 +110,58 @@ class _Walk:
         """The ids of the nodes to run for ``grad()`` (None: all); counts the edges into hooked leaves for ``backward()``."""
         if self.target_keys is not None:
             return _needed_nodes(order, self.target_keys)
-        self.pending = pending_hooked_leaves(order)
+        self.pending = _hooked_leaf_edges(order)
         return None
+
+    def run_node(self, fn):
+        """Run ``fn``'s backward on the gradient summed for its output and pass the results on;
+        False when no gradient reached it (every consumer returned None for it)."""
+        gy = self.buffers.pop(id(fn))
+        if gy is None:
+            return False
+        gy = self.output_gradient(fn, gy)
+        fn.check_versions()
+        gxs = _backward_of(fn, gy) if self.observer is None else self.observed_backward(fn, gy)
+        del gy  # a gradient is freed as soon as its node consumed it
+        self.pass_on(fn, gxs)
+        return True
+
+    def pass_on(self, fn, gxs):
+        """Add each gradient in ``gxs`` (``fn``'s backward results) to the sum for the node or leaf
+        its edge leads to, in the dtype of the input it is for."""
+        for _, gx, edge, x, shape_error in edges(fn, gxs):
+            if shape_error is not None:
+                raise shape_error
+            if gx.dtype != x.dtype:
+                gx = materialized(gx).astype(x.dtype)
+            if not isinstance(edge, Function):
+                self.leaves[id(edge)] = edge
+            self.buffers.add(id(edge), gx)
+
+    def count_down_hooked_leaves(self, fn):
+        """After ``fn`` ran (or was not reached): a hooked leaf whose last incoming edge this was gets
+        its ``.grad`` now (its gradient is complete) and its post-accumulate hooks run, while
+        backward goes on."""
+        pending = self.pending
+        for needed, _, edge, _, _ in edges(fn):
+            key = id(edge)
+            if needed and key in pending:
+                pending[key] -= 1
+                if not pending[key]:
+                    del pending[key]
+                    self.finish_hooked_leaf(edge)
+
+    def finish_hooked_leaf(self, leaf):
+        """Give ``leaf`` its complete gradient (deferred ones built first: the hooks may update forward arrays)."""
+        g = self.buffers.pop(id(leaf))
+        if g is not None:
+            self.buffers.settle()
+            self.deliver(leaf, g)
+
+    def deliver(self, leaf, g):
+        """``leaf.grad`` += ``g`` after its hooks, then its post-accumulate hooks run."""
+        self.assigner.assign(leaf, run_hooks(leaf._hooks, g))
+        run_post_accumulate_hooks(leaf)
 
     def output_gradient(self, fn, gy):
         """The gradient of ``fn``'s output after its tensor's hooks; kept as ``.grad`` if the tensor
@@ -169,8 +202,7 @@ class _Walk:
             with on_device_of(owner.data):  # its hooks run on its GPU, as the nodes' do
                 g = buffers.pop(key)
                 if self.target_keys is None:
-                    self.assigner.assign(owner, run_hooks(owner._hooks, g))
-                    run_post_accumulate_hooks(owner)
+                    self.deliver(owner, g)
                 else:
                     self.captured[key] = run_hooks(owner._hooks, g)
 
@@ -237,6 +269,16 @@ def topological_order(roots):
     return order
 
 
+def _hooked_leaf_edges(order):
+    """For each leaf with post-accumulate hooks: how many edges of ``order`` bring it a gradient."""
+    counts = {}
+    for fn in order:
+        for needed, _, edge, _, _ in edges(fn):
+            if needed and not isinstance(edge, Function) and post_hooks(edge):
+                counts[id(edge)] = counts.get(id(edge), 0) + 1
+    return counts
+
+
 def _needed_nodes(order, target_keys):
     """Ids of the nodes that lie on a path from the roots to one of the targets."""
     needed = set()
@@ -253,9 +295,12 @@ def _key_of(tensor):
     return id(tensor.creator) if tensor.creator is not None else id(tensor)
 
 
+_ON_CPU = contextlib.nullcontext()  # reusable: one per node would cost the CPU walk an allocation each
+
+
 def _node_device(fn):
     """A context making the GPU of ``fn``'s output current (nothing for the CPU)."""
-    return fn.output_device if fn.output_device is not None else contextlib.nullcontext()
+    return fn.output_device if fn.output_device is not None else _ON_CPU
 
 
 def _as_grad_tensor(root, grad, what):

@@ -86,7 +86,7 @@ class Function:
             else:
                 y = self.forward(*arrays)
         except ValueError as exc:
-            if isinstance(exc, (ShapeError, DeviceError)):  # a DeviceError (also a ValueError) is no shape error
+            if isinstance(exc, ShapeError) or not _is_shape_mismatch(exc):
                 raise
             shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
             raise ShapeError(f"{self.name}: {exc} (input shapes {shapes})") from exc
@@ -170,6 +170,55 @@ class Function:
         vars(self).clear()
         self.released = True
         self.site = site
+
+
+# What NumPy and CuPy say in a ValueError when operands' shapes do not combine (broadcasting,
+# matmul, dot, reshape, concatenate, stack, squeeze, transpose); AxisError aside, a forward's other
+# ValueErrors (a bad value, a DeviceError) are not about shapes.
+_SHAPE_MISMATCH_MESSAGES = ("broadcast", "not aligned", "mismatch", "cannot reshape", "dimension", "same shape",
+                            "squeeze", "repeated axis", "axes don't match")
+
+
+def _is_shape_mismatch(exc: ValueError) -> bool:
+    """Whether a ValueError that NumPy or CuPy raised in a forward says the operands' shapes do not combine."""
+    if isinstance(exc, DeviceError):  # also a ValueError
+        return False
+    if isinstance(exc, np.exceptions.AxisError):
+        return True
+    message = str(exc).lower()
+    return any(fragment in message for fragment in _SHAPE_MISMATCH_MESSAGES)
+
+
+_NONE = itertools.repeat(None)
+
+
+def edges(fn, grads=None):
+    """The edges from recorded node ``fn`` back to its inputs, filtered in the one way that the
+    walk, anomaly mode and the hooked-leaf bookkeeping all need.
+
+    Yields ``(needed, grad, edge, x, shape_error)`` in input order:
+        needed: a gradient goes along this edge (the input needs one, so it leads to a node or leaf);
+        grad: the gradient for the input in ``grads`` (``fn``'s backward results), or None;
+        edge: the node that made the input, the input itself (a leaf), or None;
+        x: the input, or what ``fn`` remembers of it (shape, dtype);
+        shape_error: a GraphError when ``grad`` does not have ``x``'s shape (the walk raises it), else None.
+    Without ``grads``: every edge, with no grad. With ``grads``: only the needed edges for which
+    ``fn``'s backward returned a gradient.
+    """
+    if grads is None:  # (an input that needs a gradient always has an edge: _record)
+        return zip(fn.needs_grad, _NONE, fn.next, fn.inputs, _NONE)
+    return _edges_with_grads(fn, grads)
+
+
+def _edges_with_grads(fn, grads):
+    for x, gx, need, edge in zip(fn.inputs, grads, fn.needs_grad, fn.next):
+        if not need or gx is None or edge is None:
+            continue
+        if gx.shape == x.shape:
+            yield True, gx, edge, x, None
+        else:
+            yield True, gx, edge, x, GraphError(f"{fn.name}.backward returned a gradient of shape {gx.shape} "
+                                                f"for an input of shape {tuple(x.shape)}")
 
 
 def _observed_call(fn, inputs, state):

@@ -1,6 +1,6 @@
 """Weight initializers, filling a Tensor in place from the engine's seeded CPU generator.
 
-Names follow PyTorch (``xavier_uniform_``); the forms without the trailing underscore are aliases.
+Names follow PyTorch (``xavier_uniform_``).
 """
 from __future__ import annotations
 
@@ -108,9 +108,3 @@ def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlineari
 def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
     """He normal: N(0, (gain / sqrt(fan))^2)."""
     return normal_(t, 0.0, _kaiming_std(t, a, mode, nonlinearity))
-
-
-uniform, normal, constant, zeros, ones = uniform_, normal_, constant_, zeros_, ones_
-trunc_normal = trunc_normal_
-xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal = xavier_uniform_, xavier_normal_, kaiming_uniform_, kaiming_normal_
-xavier, kaiming = xavier_uniform_, kaiming_uniform_
