@@ -1,11 +1,12 @@
 """Every op's forward against NumPy in float64 (the gradient properties check the backward only
 against central differences of whatever the forward computes, so a wrong forward passes them).
 
-Shapes are drawn on both sides of every size-dependent code path: the short-last-axis reductions
-switch at 4096 elements (``ops._common.SHORT_AXIS``), the capsule prediction runs one GEMM per
-input capsule. Convolutions are checked against naive loops in tests/engine/test_conv.py."""
-import math
-
+``test_forward_equals_numpy`` draws every entry of the op table (tests/support/op_table.py) from
+its domain; the tests below it check what one table line cannot say. Shapes are drawn on both
+sides of every size-dependent code path: the short-last-axis reductions switch at 4096 elements
+(``ops._common.SHORT_AXIS``), the capsule prediction runs one GEMM per input capsule, im2col's
+column order switches at a batch of 8. Convolutions are checked against naive loops in
+tests/engine/test_conv.py too."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -13,11 +14,9 @@ from hypothesis.extra import numpy as hnp
 
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
-from helpers import arrays, floats, on_grid, shapes
+from helpers import arrays, floats, shapes
+from op_table import FLOAT32_TOL, OPS, TOL, bound, case_params, ids, reference
 from tinygrad_caps.gradcheck import check_grad
-from tinygrad_caps.ops._common import SHORT_AXIS
-
-TOL = dict(rtol=1e-12, atol=1e-13)
 
 
 def t(a):
@@ -29,54 +28,27 @@ def np_softmax(x, axis):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-UNARY = {
-    "neg": (F.neg, np.negative, floats()),
-    "exp": (F.exp, np.exp, floats()),
-    "log": (F.log, np.log, floats(0.05, 3.0)),
-    "sqrt": (F.sqrt, np.sqrt, floats(0.2, 3.0)),
-    "abs": (F.abs, np.abs, floats()),
-    "relu": (F.relu, lambda x: np.maximum(x, 0), floats()),
-    "leaky_relu": (F.leaky_relu, lambda x: np.where(x > 0, x, 0.01 * x), floats()),
-    "leaky_relu_0.2": (lambda x: F.leaky_relu(x, 0.2), lambda x: np.where(x > 0, x, 0.2 * x), floats()),
-    "sigmoid": (F.sigmoid, lambda x: 1 / (1 + np.exp(-x)), floats(-30, 30)),
-    "tanh": (F.tanh, np.tanh, floats()),
-    "clip": (lambda x: F.clip(x, -0.5, 1.0), lambda x: np.clip(x, -0.5, 1.0), floats()),
-    "clip_low": (lambda x: F.clip(x, 0.25), lambda x: np.maximum(x, 0.25), floats()),
-    "clip_high": (lambda x: F.clip(x, None, 0.25), lambda x: np.minimum(x, 0.25), floats()),
-    "pow_scalar": (lambda x: F.pow(x, 3), lambda x: x ** 3, floats()),
-    "pow_half": (lambda x: x ** 0.5, np.sqrt, floats(0.2, 3.0)),
-    "rpow": (lambda x: 2.0 ** x, lambda x: 2.0 ** x, floats()),
-    "square_op": (lambda x: x * x, np.square, floats()),
-    "rsub": (lambda x: 1 - x, lambda x: 1 - x, floats()),
-    "rdiv": (lambda x: 1 / x, lambda x: 1 / x, floats(0.1, 2.0)),
-    "identity": (F.identity, lambda x: x, floats()),
-    "copy": (F.copy, lambda x: x.copy(), floats()),
-    "cast32": (lambda x: F.cast(x, np.float32), lambda x: x.astype(np.float32), floats()),
-}
+FORWARD = [op for op in OPS if op.tested("forward")]
+FORWARD_CASES = case_params(OPS, "forward")
 
 
-@pytest.mark.parametrize("name", sorted(UNARY))
+def check_forward(op, sample):
+    y = bound(op, sample)(*[t(a) for a in sample.arrays()]).numpy()
+    expected = reference(op, sample)
+    assert y.shape == expected.shape and y.dtype == expected.dtype, (y.shape, y.dtype, expected.shape, expected.dtype)
+    np.testing.assert_allclose(y, expected, **(op.tol if y.dtype == np.float64 else FLOAT32_TOL))
+
+
+@pytest.mark.parametrize("op", FORWARD, ids=ids(FORWARD))
 @given(data=st.data())
-def test_unary_forward_equals_numpy(name, data):
-    ours, ref, elements = UNARY[name]
-    x = data.draw(arrays(data.draw(shapes()), elements=elements))
-    y = ours(t(x)).numpy()
-    expected = ref(x)
-    assert y.shape == expected.shape and y.dtype == expected.dtype
-    np.testing.assert_allclose(y, expected, **(TOL if y.dtype == np.float64 else dict(rtol=1e-6)))
-    if name not in KINKED and y.dtype == np.float64:
-        check_grad(ours, [x])
+def test_forward_equals_numpy(op, data):
+    """Every op of the table (tests/support/op_table.py) on its drawn domain: shape, dtype and values."""
+    check_forward(op, data.draw(op.sample))
 
 
-KINKED = {"abs", "relu", "leaky_relu", "leaky_relu_0.2", "clip", "clip_low", "clip_high"}
-
-
-@pytest.mark.parametrize("name", sorted(KINKED))
-@given(data=st.data())
-def test_kinked_unary_gradients_off_the_kinks(name, data):
-    """Values k/10 + 0.03 never sit on a kink (0, -0.5, 0.25, 1.0), so central differences hold."""
-    x = data.draw(arrays(data.draw(shapes()), elements=on_grid(0.03)))
-    check_grad(UNARY[name][0], [x])
+@pytest.mark.parametrize("op, case", FORWARD_CASES, ids=ids(FORWARD_CASES))
+def test_fixed_case_forward_equals_numpy(op, case):
+    check_forward(op, op.cases[case](np.random.default_rng(0)))
 
 
 @pytest.mark.parametrize("exponent", [0, 1, 2, -1, 0.5])
@@ -86,28 +58,6 @@ def test_pow_by_special_exponents(exponent):
     check_grad(lambda a: F.pow(a, exponent), [x])
 
 
-BINARY = {
-    "add": (F.add, np.add), "sub": (F.sub, np.subtract), "mul": (F.mul, np.multiply),
-    "div": (F.div, np.divide), "maximum": (F.maximum, np.maximum), "minimum": (F.minimum, np.minimum),
-    "pow": (F.pow, np.power), "operator_add": (lambda a, b: a + b, np.add),
-    "operator_sub": (lambda a, b: a - b, np.subtract), "operator_truediv": (lambda a, b: a / b, np.divide),
-    "operator_mul": (lambda a, b: a * b, np.multiply),
-}
-
-
-@pytest.mark.parametrize("name", sorted(BINARY))
-@given(shape_pair=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3), data=st.data())
-def test_binary_forward_with_broadcasting_equals_numpy(name, shape_pair, data):
-    ours, ref = BINARY[name]
-    a_shape, b_shape = shape_pair.input_shapes
-    positive = name in ("pow", "div", "operator_truediv")
-    a = data.draw(arrays(a_shape, elements=floats(0.1, 2.0) if name == "pow" else floats()))
-    b = data.draw(arrays(b_shape, elements=floats(0.1, 2.0) if positive else floats()))
-    np.testing.assert_allclose(ours(t(a), t(b)).numpy(), ref(a, b), **TOL)
-    if name not in ("maximum", "minimum"):  # kinked where a == b: tests/engine/test_grad_elementwise.py covers ties
-        check_grad(ours, [a, b])
-
-
 @given(shape=shapes(min_dims=1), data=st.data())
 def test_where_forward_equals_numpy(shape, data):
     a, b = data.draw(arrays(shape)), data.draw(arrays(shape))
@@ -115,41 +65,13 @@ def test_where_forward_equals_numpy(shape, data):
     np.testing.assert_array_equal(F.where(cond, t(a), t(b)).numpy(), np.where(cond, a, b))
 
 
-REDUCTIONS = {"sum": (F.sum, np.sum), "mean": (F.mean, np.mean), "max": (F.max, np.max), "min": (F.min, np.min)}
-
-
-@st.composite
-def reduction_case(draw):
-    """A shape and an axis argument; sometimes large with a short last axis (the BLAS/running-extreme path)."""
-    if draw(st.booleans()):
-        last = draw(st.integers(2, SHORT_AXIS))
-        shape = (draw(st.integers(1, 3)), math.ceil(4096 / last) + draw(st.integers(0, 5)), last)
-        x = np.random.default_rng(draw(st.integers(0, 2 ** 16))).standard_normal(shape)
-        axis = draw(st.sampled_from([-1, 2, None, 0, (1, 2)]))
-    else:
-        x = draw(arrays(draw(shapes(min_dims=1)), unique=True))
-        axis = draw(st.one_of(st.none(), st.integers(-x.ndim, x.ndim - 1)))
-    return x, axis, draw(st.booleans())
-
-
-@pytest.mark.parametrize("name", sorted(REDUCTIONS))
-@given(case=reduction_case())
-def test_reduction_forward_equals_numpy_on_both_code_paths(name, case):
-    ours, ref = REDUCTIONS[name]
-    x, axis, keepdims = case
-    y = ours(t(x), axis=axis, keepdims=keepdims).numpy()
-    expected = ref(x, axis=axis, keepdims=keepdims)
-    assert y.shape == np.shape(expected)
-    np.testing.assert_allclose(y, expected, rtol=1e-11, atol=1e-12)
-
-
-@pytest.mark.parametrize("name", sorted(REDUCTIONS) + ["softmax", "log_softmax", "squash"])
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "softmax", "log_softmax", "squash"])
 def test_short_last_axis_path_gradient(name):
     """The gradients through the large short-last-axis path (the property tests' shapes are too small for it)."""
     rng = np.random.default_rng(1)
     x = rng.permutation(2 * 410 * 10).reshape(2, 410, 10) / 500.0 - 8.0  # distinct values: no ties in max/min
     fn = {"softmax": lambda a: F.softmax(a, -1), "log_softmax": lambda a: F.log_softmax(a, -1),
-          "squash": lambda a: F.squash(a, -1)}.get(name) or (lambda a: REDUCTIONS[name][0](a, axis=-1))
+          "squash": lambda a: F.squash(a, -1)}.get(name) or (lambda a: getattr(F, name)(a, axis=-1))
     check_grad(fn, [x], max_elementwise=0, directions=4)
 
 

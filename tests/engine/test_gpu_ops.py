@@ -1,52 +1,73 @@
-"""Every op on CuPy equals the NumPy path, forward and gradient (skipped without a GPU)."""
+"""Every op of the op table (tests/support/op_table.py) on CuPy equals the NumPy path: forward,
+gradient and second-order gradient, on the op's drawn domain and on its fixed cases (shapes that
+reach the kernels). Skipped without a GPU."""
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
+from op_table import OPS, bound, case_params, ids, reference
 
 pytestmark = pytest.mark.gpu
 
-rng = np.random.default_rng(0)
-LABELS = np.array([0, 2, 1, 2])
-
-CASES = {
-    "add": (lambda a, b: a + b, [(4, 3), (3,)]),
-    "sub_mul_div": (lambda a, b: (a - b) * a / (b * b + 1.0), [(4, 3), (4, 1)]),
-    "pow_exp_log_sqrt": (lambda a: F.sqrt(F.exp(a) + 1.0) ** 1.5 + F.log(a * a + 1.0), [(5, 2)]),
-    "abs_max_min_clip": (lambda a, b: F.maximum(a, b) * F.minimum(a, b) + F.clip(a, -0.5, 0.5) + F.abs(b), [(3, 4), (3, 4)]),
-    "where": (lambda a, b: F.where(a.data > 0, a, b), [(3, 4), (3, 4)]),
-    "reductions": (lambda a: F.sum(a, 1) + F.mean(a, 1) + F.max(a, 1) + F.min(a, 1), [(3, 4)]),
-    "shapes": (lambda a: F.stack([F.transpose(F.reshape(a, (4, 3))), F.squeeze(F.expand_dims(a, 0), 0)]), [(3, 4)]),
-    "index_concat_pad": (lambda a: F.concatenate([a[np.array([0, 0, 2])], F.pad(a, 1)[1:4, 1:5]], 0), [(3, 4)]),
-    "broadcast_to": (lambda a: F.broadcast_to(a, (2, 3, 4)), [(3, 1)]),
-    "matmul_linear": (lambda a, b, c: F.linear(F.matmul(a, b), c), [(2, 3, 4), (4, 5), (2, 5)]),
-    "activations": (lambda a: F.relu(a) + F.leaky_relu(a, 0.1) + F.sigmoid(a) + F.tanh(a), [(3, 4)]),
-    "softmax_family": (lambda a: F.softmax(a, 0) + F.log_softmax(a, 1) + F.squash(a, 1), [(3, 4)]),
-    "row_kernels_squash_softmax": (lambda a: F.squash(a, -1) * F.softmax(a, -1) + F.squash(a * 1e-3, 2), [(5, 3, 4)]),
-    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, 2, 1), [(2, 3, 7, 7), (4, 3, 3, 3), (4,)]),
-    "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w, None, 2, 1, 1), [(2, 3, 4, 4), (3, 2, 3, 3)]),
-    "batch_norm": (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), [(4, 3, 2, 2), (3,), (3,)]),
-    "losses": (lambda a, b: F.mse_loss(a, b) + F.binary_cross_entropy(F.sigmoid(a), F.sigmoid(b)) + F.cross_entropy(a, LABELS),
-               [(4, 3), (4, 3)]),
-}
+GPU = [op for op in OPS if op.tested("gpu")]
+GPU_CASES = case_params(OPS, "gpu")
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_op_on_cupy_equals_numpy(name):
-    fn, shapes = CASES[name]
-    arrays = [rng.standard_normal(s) for s in shapes]
-    results = {}
-    for device in ("cpu", "cuda"):
-        xs = [tc.tensor(a, device=device, requires_grad=True) for a in arrays]
-        y = fn(*xs)
+def _numpy(tensors, like):
+    return [np.zeros(a.shape) if g is None else g.numpy() for g, a in zip(tensors, like)]
+
+
+def on_device(op, sample, device):
+    """The op's value, gradient and second-order gradient at ``sample`` on ``device``, as NumPy arrays."""
+    arrays = sample.arrays()
+    differentiable = op.tested("grad") and bool(arrays)
+    inputs = [tc.tensor(a, device=device, requires_grad=differentiable) for a in arrays]
+
+    def constant(value):
+        return tc.tensor(np.array(value), device=device)
+
+    y = bound(op, sample, constant)(*inputs)
+    assert y.device == device
+    results = {"forward": y.numpy()}
+    if differentiable:
         weight = tc.tensor(np.linspace(-1, 1, y.size).reshape(y.shape), device=device)
-        (y * weight).sum().backward()
-        results[device] = (y.numpy(), [x.grad.numpy() for x in xs])
-        assert y.device == device
-    np.testing.assert_allclose(results["cuda"][0], results["cpu"][0], rtol=1e-10, atol=1e-12)
-    for g_gpu, g_cpu in zip(results["cuda"][1], results["cpu"][1]):
-        np.testing.assert_allclose(g_gpu, g_cpu, rtol=1e-10, atol=1e-12)
+        results["gradient"] = _numpy(tc.grad((y * weight).sum(), inputs, allow_unused=True), arrays)
+    if differentiable and op.tested("second_order"):
+        y = bound(op, sample, constant, square=op.square_for_second_order)(*inputs)
+        firsts = tc.grad((y * weight).sum(), inputs, create_graph=True, allow_unused=True)
+        terms = [(g * tc.tensor(np.cos(np.arange(a.size)).reshape(a.shape), device=device)).sum()
+                 for g, a in zip(firsts, arrays) if g is not None and g.requires_grad]
+        if terms:
+            results["second order"] = _numpy(tc.grad(sum(terms[1:], terms[0]), inputs, allow_unused=True), arrays)
+    return results
+
+
+def check_devices(op, sample):
+    gpu = on_device(op, sample, "cuda")
+    if op.tested("forward"):
+        cpu = on_device(op, sample, "cpu")
+    else:  # no NumPy path (a kernel only): NumPy's reference
+        cpu = {"forward": reference(op, sample)}
+    assert gpu.keys() == cpu.keys()
+    for key in gpu:
+        pairs = [(gpu[key], cpu[key])] if key == "forward" else zip(gpu[key], cpu[key])
+        for k, (ours, expected) in enumerate(pairs):
+            assert ours.shape == expected.shape and ours.dtype == expected.dtype, (key, k, ours.dtype, expected.dtype)
+            what = key if key == "forward" else f"{key} of input {k}"
+            np.testing.assert_allclose(ours, expected, err_msg=f"{op.name}: {what}", **op.oracle_tol)
+
+
+@pytest.mark.parametrize("op", GPU, ids=ids(GPU))
+@given(data=st.data())
+def test_op_on_cupy_equals_numpy(op, data):
+    check_devices(op, data.draw(op.checked_sample))
+
+
+@pytest.mark.parametrize("op, case", GPU_CASES, ids=ids(GPU_CASES))
+def test_fixed_case_on_cupy_equals_numpy(op, case):
+    check_devices(op, op.cases[case](np.random.default_rng(0)))
 
 
 def test_mixing_devices_names_both():

@@ -36,3 +36,17 @@ def test_the_install_lists_every_sub_package():
             relative = init.parent.relative_to(ROOT / folder).parts
             found.add(".".join((package,) + relative))
     assert found - listed == set(), "add these to pyproject.toml's packages"
+
+
+def test_the_quick_loops_list_of_slow_files_names_files_that_exist():
+    """tests/conftest.py's SLOW_FILES and SLOW_TESTS name files (and tests) that exist: a renamed file
+    would otherwise fall back into the quick loop unnoticed."""
+    import re
+
+    from conftest import SLOW_FILES, SLOW_TESTS, TESTS
+
+    for name in [*SLOW_FILES, *(key.split("::")[0] for key in SLOW_TESTS)]:
+        assert (TESTS / name).is_file(), f"tests/conftest.py names {name}, which does not exist"
+    for key in SLOW_TESTS:
+        path, test = key.split("::")
+        assert re.search(rf"^def {test}\(", (TESTS / path).read_text(), re.M), f"{key} does not exist"

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from op_table import OPS, case_params
 from paths import ROOT, SUPPORT
 from standin import run_standin, summary
 
@@ -24,8 +25,10 @@ def test_the_stand_in_refuses_what_cupy_refuses_and_tensors_stay_on_their_gpu():
 def test_gpu_op_and_device_tests_pass_on_two_stand_in_gpus():
     output = run_standin(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/engine/test_gpu_ops.py",
                           "tests/engine/test_devices.py", "-k", "not nccl"])
-    # every GPU and two-GPU test ran; the 4 skips are the no-GPU message checks
-    assert summary(output) == {"passed": 32, "skipped": 4}, output[-3000:]
+    # every GPU and two-GPU test ran; the 4 skips are the no-GPU message checks. test_gpu_ops.py has a
+    # test per op of the op table and per fixed case of it, and 3 more; test_devices.py has 12 that run
+    gpu_op_tests = len([op for op in OPS if op.tested("gpu")]) + len(case_params(OPS, "gpu")) + 3
+    assert summary(output) == {"passed": gpu_op_tests + 12, "skipped": 4}, output[-3000:]
     assert output.count("checks the message on a machine without a GPU") == 1, output[-3000:]
 
 
