@@ -17,7 +17,7 @@ import numpy as np
 from _timing import time_call
 
 from tinygrad_caps.kernels import capsule, conv, routing
-from tinygrad_caps.kernels.emulation import Emulator
+from tinygrad_caps.kernels.checking.emulation import Emulator
 
 
 def cases(rng, batch):

@@ -104,7 +104,7 @@ if [ "$gpus" -lt 2 ]; then
 fi
 
 # Every kernel at CapsNet's sizes against NumPy first: the quickest sign that the kernels work.
-run selftest 60 "$py" -m tinygrad_caps.kernels.selftest || true
+run selftest 60 "$py" -m tinygrad_caps.kernels.checking.selftest || true
 
 # The GPU tests: under TINYGRAD_CAPS_REQUIRE_GPU=1 a gpu test that cannot use the GPU fails. Only
 # the files that hold gpu tests (in any folder under tests/) are collected: another file skipped
@@ -166,7 +166,7 @@ for tool in memcheck racecheck; do
         continue
     fi
     run "sanitizer-$tool" 60 "$sanitizer" --tool "$tool" --error-exitcode 9 --print-limit 20 \
-        "$py" -m tinygrad_caps.kernels.selftest --small --no-pool || true
+        "$py" -m tinygrad_caps.kernels.checking.selftest --small --no-pool || true
 done
 
 # One Fashion-MNIST epoch of the full model (60,000 images, B=100) on the GPU, when its four files

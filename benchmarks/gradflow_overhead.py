@@ -18,8 +18,8 @@ import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps.data import dataset_spec
-from tinygrad_caps.models.app.gradflow_log import GradflowLog
-from tinygrad_caps.models.app.training import batch_losses
+from tinygrad_caps.models.app.training.gradflow_log import GradflowLog
+from tinygrad_caps.models.app.training.trainer import batch_losses
 from tinygrad_caps.models.capsnet import DEFAULT_RECONSTRUCTION_WEIGHT, CapsNet
 
 

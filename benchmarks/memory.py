@@ -26,40 +26,23 @@ CHILD = r"""
 import json, resource, sys, tracemalloc
 sys.path.insert(0, {here!r})
 impl, batch = {impl!r}, {batch}
-import numpy as np
 import tinygrad_caps as tc
 tc.tune_allocator()
-rng = np.random.default_rng(0)
-x = rng.random((batch, 1, 28, 28), dtype=np.float32)
-y = rng.integers(0, 10, batch)
+from _steps import random_batch, seeded_capsnet, torch_training_step, training_step
+x, y = random_batch(batch)
 
 def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 if impl == "ours":
-    from tinygrad_caps.models import CapsNet, capsule_loss
-    tc.manual_seed(0)
-    model = CapsNet()
-    opt = tc.optim.Adam(model.parameters(), lr=1e-3)
-    xt = tc.tensor(x)
-    def step():
-        _, lengths, recon = model(xt, y)
-        loss = capsule_loss(lengths, recon, xt, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    model = seeded_capsnet()
+    _, step = training_step(model, tc.tensor(x), y)
 else:
     import torch
     from torch_capsnet import TorchCapsNet
     torch.manual_seed(0)
     model = TorchCapsNet()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    def step():
-        loss = model(xt, yt)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    step = torch_training_step(model, torch.from_numpy(x), torch.from_numpy(y))
 
 before = peak_rss_bytes()
 step()  # the first step allocates optimizer state and gradients

@@ -29,26 +29,19 @@ CAPSNET_GRADIENT_ELEMENTS = 8_215_568
 def worker(args) -> None:
     import tinygrad_caps as tc
     import tinygrad_caps.distributed as dist
-    from tinygrad_caps.models import CapsNet, capsule_loss
+    from _steps import random_batch, seeded_capsnet, training_step
 
     dist.init(backend="auto", device=args.device)
     device = tc.backend.normalize_device(args.device)
     sync = (lambda: tc.backend.cupy_module().cuda.get_current_stream().synchronize()) if device == "cuda" else (lambda: None)
-    tc.manual_seed(0)
-    model = CapsNet().to(device=device)
+    model = seeded_capsnet(device)
     parameters = sum(p.size for p in model.parameters())
     ddp = dist.DistributedDataParallel(model, bucket_mb=args.bucket_mb)
-    optimizer = tc.optim.Adam(model.parameters(), lr=1e-3)
-    rng = np.random.default_rng(dist.rank())
-    x = tc.tensor(rng.random((args.batch_per_rank, 1, 28, 28), dtype=np.float32), device=device)
-    y = rng.integers(0, 10, args.batch_per_rank)
+    images, y = random_batch(args.batch_per_rank, seed=dist.rank())  # each rank its own images
+    _, train = training_step(model, tc.tensor(images, device=device), y, forward=ddp)  # labels stay on the host
 
     def step():
-        _, lengths, recon = ddp(x, y)
-        loss = capsule_loss(lengths, recon, x, y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        train()
         sync()
 
     step_times = _timed(step, args.steps, sync)

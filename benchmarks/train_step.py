@@ -20,7 +20,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # as the CLI runs (tinygr
 import numpy as np  # noqa: E402
 
 import tinygrad_caps as tc
-from tinygrad_caps.models import CapsNet, capsule_loss
+from _steps import random_batch, seeded_capsnet, torch_training_step, training_step
 from _timing import describe_allocator, say_pytorch_missing, time_call, time_in_turns
 
 try:
@@ -33,22 +33,10 @@ except ImportError:
 def ours_step(batch, device, capturable=False):
     """(model, step, x, y, inputs) for our CapsNet: ``step()`` trains on the batch held in ``inputs``
     (device tensors, so that a captured step reads them from the same place)."""
-    tc.manual_seed(0)
-    model = CapsNet().to(device=device)
-    optimizer = tc.optim.Adam(model.parameters(), lr=1e-3, capturable=capturable)
-    rng = np.random.default_rng(0)
-    x = rng.random((batch, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, 10, batch)
+    model = seeded_capsnet(device)
+    x, y = random_batch(batch)
     xt, yt = tc.tensor(x, device=device), tc.tensor(y, device=device)
-
-    def step():
-        _, lengths, recon = model(xt, yt.data)[:3]
-        loss = capsule_loss(lengths, recon, xt, yt.data)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
+    _, step = training_step(model, xt, yt.data, capturable=capturable)
     return model, step, x, y, (xt, yt)
 
 
@@ -83,19 +71,10 @@ def graph_matches_eager(batch, device, steps=10) -> float:
 
 
 def torch_step(batch, device, state, x, y):
+    """PyTorch's step from our weights ``state`` on the same batch (x, y)."""
     model = TorchCapsNet().to(device)
     model.load_arrays(state)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-
-    def step():
-        loss = model(xt, yt)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return step
+    return torch_training_step(model, torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
 
 
 def set_precision(precision: str) -> None:
@@ -168,8 +147,7 @@ def measure(batch, device, torch_device, precision, graphs, repeat, sync) -> dic
         row["graph_max_rel_diff"] = graph_matches_eager(batch, device)
         fns["ours_graph"], syncs["ours_graph"] = captured_step(batch, device)[1], sync
     if torch is not None:
-        tc.manual_seed(0)
-        state = {k: tc.backend.to_numpy(v) for k, v in CapsNet().state_dict().items()}
+        state = {k: tc.backend.to_numpy(v) for k, v in seeded_capsnet().state_dict().items()}
         tstep = torch_step(batch, torch_device, state, x, y)
         row["first_loss_torch"] = tstep().item()
         fns["torch"], syncs["torch"] = tstep, torch.cuda.synchronize if torch_device != "cpu" else None

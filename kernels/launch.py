@@ -18,11 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-# DeviceError, device_name, device_context and array_module_of were defined here before device.py
-# held them for the engine too: still importable from here
-from .device import DeviceError, array_module, device_context, device_name  # noqa: F401
-
-array_module_of = array_module
+from .device import DeviceError, array_module, device_context, device_name
 
 SOURCE_DIR = Path(__file__).resolve().parent
 # Our options for RawModule; CuPy adds its own (include paths, -ftz=true, the architecture and

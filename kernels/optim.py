@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from .launch import DEFAULT_THREADS, KernelLaunch, check_int32, default_runner, device_name, grid_for, i32, prepare, suffix
+from .device import device_name
+from .launch import DEFAULT_THREADS, KernelLaunch, check_int32, default_runner, grid_for, i32, prepare, suffix
 
 
 def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step: int, lr: float, betas: tuple, eps: float,

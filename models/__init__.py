@@ -2,8 +2,9 @@
 
 Three layers, each importing only those below it: ``capsnet`` (the network family), ``analysis``
 (gradient flow, routing statistics, figures and pictures of models and arrays) and ``app`` (the
-command line, training, checkpoints and run folders). ``cli`` is the command's entry point; the
-module names from before the grouping still import (``_moved``).
+command line in ``app.cli``, a training run in ``app.training``, studies in ``app.studies``). ``cli``
+is the command's entry point; the module paths from before a move still import, with a
+DeprecationWarning naming the new one (``_moved``; CHANGELOG.md).
 """
 from . import _moved
 from .analysis.gradflow import gradient_flow_report
@@ -12,6 +13,7 @@ from .capsnet import (BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, Ca
                       DeconvDecoder, DigitCaps, FCDecoder, PrimaryCaps, Routed, RoutingLayer, RoutingTrace, capsule_loss,
                       dynamic_routing, em_routing, make_decoder, margin_loss, reconstruction_loss, register_routing,
                       routing_names, self_attention_routing, self_routing, uniform_routing, unregister_routing)
+from .app.training.config import TrainingConfig
 
 _moved.install(__name__)
 
@@ -19,4 +21,4 @@ __all__ = ["BaselineCNN", "BaselineCNNConfig", "CapsNet", "CapsNetConfig", "Caps
            "DeconvDecoder", "DigitCaps", "FCDecoder", "PrimaryCaps", "Routed", "RoutingLayer", "RoutingTrace",
            "capsule_loss", "dynamic_routing", "em_routing", "gradient_flow_report", "make_decoder", "margin_loss",
            "reconstruction_loss", "register_routing", "routing_names", "routing_statistics", "self_attention_routing",
-           "self_routing", "uniform_routing", "unregister_routing"]
+           "self_routing", "TrainingConfig", "uniform_routing", "unregister_routing"]

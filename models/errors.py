@@ -1,7 +1,7 @@
 """The error type for mistakes in what a user asked for or supplied, as opposed to bugs.
 
 The CLI reports a :class:`UsageError` (and the few other user-error types listed in
-``models/app/cli_errors.py``) as one line with exit status 2; any other exception is a bug and is shown
+``models/app/training/reporting.py``) as one line with exit status 2; any other exception is a bug and is shown
 with its traceback. It sits at the package's root, below the layers, because analysis raises
 it too (matplotlib or Pillow missing), not only app.
 """

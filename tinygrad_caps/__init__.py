@@ -29,6 +29,10 @@ from .ops.linalg import get_matmul_precision, set_matmul_precision  # noqa: E402
 from . import cuda_graphs  # noqa: E402  (imports CuPy only when a step is captured)
 from .dlpack import from_dlpack  # noqa: E402
 from . import graph  # noqa: E402
+from .kernels import moved as _moved  # noqa: E402
+
+# module paths before a move (CHANGELOG.md): they import with a DeprecationWarning, and go in 0.2
+_moved.install(__name__, {"datasets": "data"})
 
 __version__ = "0.1.0"
 

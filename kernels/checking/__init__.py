@@ -9,6 +9,6 @@
                       (``python -m tinygrad_caps.kernels.checking.selftest [--small]``)
     compile_check.py  every .cu through NVRTC with CuPy's options, and nvcc, no GPU needed
 
-The old names ``tinygrad_caps.kernels.emulation``, ``.selftest`` and ``.compile_check`` still
-import (and run with ``python -m``) these modules.
+The old paths ``tinygrad_caps.kernels.emulation``, ``.selftest`` and ``.compile_check`` still
+import these modules, with a DeprecationWarning (``kernels/moved.py``; CHANGELOG.md).
 """

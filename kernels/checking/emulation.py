@@ -41,9 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from ..launch import SOURCE_DIR, KernelLaunch, check_launch_limits
-# The NumPy oracles, importable from here as before they had a module of their own
-from .reference import (reference_adam, reference_col2im, reference_im2col, reference_routing,  # noqa: F401
-                        reference_softmax, reference_softmax_grad, reference_squash, reference_squash_grad)
+from .reference import (reference_adam, reference_col2im, reference_im2col, reference_routing, reference_softmax,
+                        reference_softmax_grad, reference_squash, reference_squash_grad)
 
 SANITIZER_FLAGS = {None: [], "thread": ["-fsanitize=thread"], "address": ["-fsanitize=address", "-fno-omit-frame-pointer"]}
 SANITIZER_RUNTIME = {"thread": "libtsan.so", "address": "libasan.so"}

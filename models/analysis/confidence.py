@@ -85,3 +85,29 @@ def mean_and_spread(values, level: float = 0.95) -> dict:
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in kept) / (n - 1))
     half = student_t_quantile((1.0 + level) / 2.0, n - 1) * std / math.sqrt(n)
     return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half]}
+
+
+def welch_difference(a: dict, b: dict) -> dict | None:
+    """mean(b) - mean(a) with its Welch 95% interval, for two rows of two or more values each."""
+    if a["n"] < 2 or b["n"] < 2:
+        return None
+    va, vb = a["std"] ** 2 / a["n"], b["std"] ** 2 / b["n"]
+    difference = b["mean"] - a["mean"]
+    if va + vb == 0:
+        return {"difference": difference, "ci95": [difference, difference], "exceeds_spread": difference != 0}
+    df = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1))
+    half = student_t_quantile(0.975, df) * math.sqrt(va + vb)
+    low, high = difference - half, difference + half
+    return {"difference": difference, "ci95": [low, high], "exceeds_spread": low > 0 or high < 0}
+
+
+def paired_difference(a: dict, b: dict) -> dict | None:
+    """b - a seed by seed over the seeds both rows have (two or more): {"n", "mean", "std", "ci95",
+    "exceeds_spread"}."""
+    values_a = dict(zip(a["seeds"], a["values"]))
+    differences = [value - values_a[seed] for seed, value in zip(b["seeds"], b["values"]) if seed in values_a]
+    if len(differences) < 2:
+        return None
+    spread = mean_and_spread(differences)
+    low, high = spread["ci95"]
+    return dict(spread, exceeds_spread=low > 0 or high < 0)

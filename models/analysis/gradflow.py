@@ -12,8 +12,7 @@ import tinygrad_caps as tc
 from tinygrad_caps.backend import to_numpy
 
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
-from ..capsnet.routing import GRADIENT_MODES
-from ..capsnet.routing_layers import gradient_mode_refusal
+from ..capsnet.routing import GRADIENT_MODES, gradient_mode_refusal
 from .routing_statistics import layer_statistics, network_scores
 
 HESSIAN_PARAMETER = "digit.weight"

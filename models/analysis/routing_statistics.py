@@ -262,3 +262,34 @@ def network_scores(layers: list) -> dict:
             "layers": {name: dict({"t_score": row["t_score"], "d_score": row["d_score"]},
                                   **({"d_score_from": source[name]} if source[name] else {}))
                        for name, row in last.items()}}
+
+
+def path_norms(rows: list) -> list | None:
+    """Per iteration, the gradient norm reaching the votes through both paths (an absent path, as the
+    last iteration's agreement, counts 0); None where a line kept no gradient for a path that exists."""
+    norms = []
+    for row in rows:
+        if row["grad_norm_sum"] is None:
+            return None
+        norms.append(row["grad_norm_sum"] + (row["grad_norm_agreement"] or 0.0))
+    return norms
+
+
+def inner_share(iterations: list):
+    """The share of the inner iterations (r < R - 1) in the gradient norms reaching u_hat through
+    every path of every iteration (``iterations``: a trace's or a gradflow line's per-iteration
+    rows); None at one iteration or where a row kept no gradient for a path that exists."""
+    norms = path_norms(iterations)
+    if norms is None or len(norms) < 2:
+        return None
+    total = sum(norms)
+    return sum(norms[:-1]) / total if total else 0.0
+
+
+def path_shares(iterations: list) -> list:
+    """(share of the sum path, share of the agreement path) per iteration: each path's gradient norm
+    over the sum of the norms of all paths (0.0 where no gradient reaches u_hat; None for the
+    agreement of the last iteration, which has none)."""
+    norms = [(row["grad_norm_sum"] or 0.0, row["grad_norm_agreement"]) for row in iterations]
+    total = sum(a + (b or 0.0) for a, b in norms)
+    return [(a / total if total else 0.0, None if b is None else (b / total if total else 0.0)) for a, b in norms]

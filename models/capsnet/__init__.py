@@ -1,14 +1,17 @@
 """The network family: CapsNet, its layers, routing and routing traces, decoders, losses, the baseline
-CNN and their configs. Imports nothing from ``analysis`` or ``app``."""
+CNN and their configs. Imports nothing from ``analysis`` or ``app``.
+
+``routing/`` is the routing: one module per algorithm (``dynamic``, ``uniform``, ``em``,
+``self_attention``, ``self_routing``), each with its layer, the layer interface (``base``) and the
+registry of routings by name (``registry``); ``trace.py`` is the RoutingTrace they all fill."""
 from .baseline_cnn import BaselineCNN
 from .config import (CONVENTIONS, MODEL_CONFIGS, MODEL_OPTIONS, BaselineCNNConfig, CapsNetConfig,
                      parse_hidden_capsules)
 from .decoders import DECODERS, DeconvDecoder, FCDecoder, make_decoder
 from .losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss, margin_loss, reconstruction_loss
 from .model import LENGTH_EPS, CapsNet, CapsNetOutput, CapsuleLayer, DigitCaps, PrimaryCaps, feature_map_sizes
-from .routing import GRADIENT_MODES, ROUTING_KINDS, dynamic_routing, uniform_routing
-from .routing_algorithms import em_routing, self_attention_routing, self_routing
-from .routing_layers import Routed, RoutingLayer, register_routing, routing_names, unregister_routing
+from .routing import (GRADIENT_MODES, ROUTING_KINDS, Routed, RoutingLayer, dynamic_routing, em_routing, register_routing,
+                      routing_names, self_attention_routing, self_routing, uniform_routing, unregister_routing)
 from .trace import RoutingTrace
 
 __all__ = ["BaselineCNN", "BaselineCNNConfig", "CONVENTIONS", "CapsNet", "CapsNetConfig", "CapsNetOutput",

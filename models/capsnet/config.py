@@ -22,8 +22,7 @@ import numpy as np
 
 from .decoders import DECODERS
 from .initialization import CAPSULE_INITS
-from .routing import GRADIENT_MODES
-from .routing_layers import routing_names
+from .routing import GRADIENT_MODES, routing_names
 from .squash import DEFAULT_SQUASH_EPS, SQUASHES
 
 CONVENTIONS = ("paper", "official")

@@ -14,7 +14,7 @@ from .config import CapsNetConfig, keyword_signature
 from .decoders import make_decoder
 from .image_batch import image_batch
 from .initialization import CAPSULE_INITS
-from .routing_layers import LENGTH_EPS, CapsuleLayer, DigitCaps, EMRoutingLayer, capsule_lengths, routing_layer
+from .routing import LENGTH_EPS, CapsuleLayer, DigitCaps, EMRoutingLayer, capsule_lengths, routing_layer
 from .squash import squash_function
 
 __all__ = ["LENGTH_EPS", "CapsNet", "CapsNetOutput", "CapsuleLayer", "DigitCaps", "PrimaryCaps", "feature_map_sizes"]
@@ -115,7 +115,7 @@ class CapsNet(nn.Module):
         capsule_bias: a learned bias per output capsule of every routing layer (``hidden.k.bias``
             (count, dim), ``digit.bias`` (num_classes, digit_dim)), zero at initialization, added
             before the squash in every iteration (Peer et al. 2019).
-        routing: a registered routing (``routing_layers.routing_names()``): "dynamic" (Procedure 1),
+        routing: a registered routing (``routing.routing_names()``): "dynamic" (Procedure 1),
             "uniform" (c = 1/J, no iterations), "em" (EM routing), "self-attention", "self-routing",
             or one of your own (``register_routing``); ``em_inverse_temperature`` is EM routing's lambda.
             EM routing and self-routing give output

@@ -5,9 +5,9 @@ logits) enter through identity nodes of their own, so ``trace.retain_grad()`` an
 measure the gradient that reaches u_hat through each iteration and each path separately; in the
 "full" gradient mode they sum to the gradient of u_hat itself.
 
-Every routing algorithm fills the same fields (``routing_layers.py`` says how each maps onto
-them): an iteration's coupling, its outputs, and the uses of u_hat through identity nodes, the
-use that makes the outputs in ``u_hat_sum`` and the use that makes the next coupling in
+Every routing algorithm fills the same fields (the docstring of its module in ``routing/`` says
+how): an iteration's coupling, its outputs, and the uses of u_hat through identity nodes, the use
+that makes the outputs in ``u_hat_sum`` and the use that makes the next coupling in
 ``u_hat_agreement``. Algorithms with output activations (EM routing, self-routing) also record
 them in ``activations``; an ``agreement`` that is not the dot product <u_hat, v> (EM's log
 likelihood, self-attention's scores) is marked by ``dot_agreement=False``.
@@ -35,7 +35,7 @@ class RoutingTrace:
         u_hat_sum: u_hat as used by iteration r's weighted sum (B, I, J, D).
         u_hat_agreement: u_hat as used by iteration r's agreement (B, I, J, D), for r < R-1 in
             dynamic routing; an algorithm whose single step's coupling depends on its inputs has one
-            entry for r = 0 (what it holds is the algorithm's: see ``routing_layers.py``).
+            entry for r = 0 (what it holds is the algorithm's: see its module in ``routing/``).
         activations: the output capsules' activations a_r (B, J) where the algorithm has them.
         gradient: the gradient mode the layer ran in ("full" or "detach").
         dot_agreement: whether ``agreement`` holds the dot products <u_hat, v_r> (statistics reuse

@@ -51,7 +51,7 @@ def test_train_step_starts_both_libraries_from_the_same_weights():
 
 @pytest.mark.skipif(tc.gpu_available(), reason="checks the answer on a machine without a GPU")
 def test_the_kernel_self_test_says_when_there_is_no_gpu():
-    done = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.selftest", "--small"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.checking.selftest", "--small"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "no usable GPU" in done.stdout
 

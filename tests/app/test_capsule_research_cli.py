@@ -11,25 +11,23 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.data import DatasetError, load_dataset
 from tinygrad_caps.models import cli
-from tinygrad_caps.models.presets import SABOUR_OFFICIAL
+from tinygrad_caps.models.app.training.presets import SABOUR_OFFICIAL
 
-from helpers import write_striped_dataset
+import cli_helpers
+from cli_helpers import TINY, tiny_data_dir
 from paths import ROOT
 
-TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-        "--kernel-size", "3", "--batch-size", "8", "--no-progress"]
 BENCHMARKS = ROOT / "benchmarks"
 
 
 @pytest.fixture
 def data_dir(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (32, 16), compress=False)
-    return tmp_path / "data"
+    """32 training images, uncompressed (not the shared 40, gzipped)."""
+    return tiny_data_dir(tmp_path / "data", (32, 16), compress=False)
 
 
 def train(data_dir, out, *extra):
-    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
-                     *TINY, *extra])
+    return cli_helpers.train(data_dir, out, *extra, options=["--epochs", "1", *TINY])
 
 
 def evaluate(data_dir, out, *extra):

@@ -11,20 +11,8 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.models import cli
 
-from helpers import metrics_without_times as metrics, write_striped_dataset
-
-TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-        "--kernel-size", "3", "--batch-size", "8", "--no-progress"]
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (40, 16))
-    return tmp_path / "data"
-
-
-def train(data_dir, out, *extra):
-    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), *TINY, *extra])
+from cli_helpers import TINY, train
+from helpers import metrics_without_times as metrics
 
 
 def test_train_writes_metrics_checkpoints_and_config(data_dir, tmp_path):
@@ -128,7 +116,7 @@ def test_console_script_reports_errors_without_a_traceback(tmp_path):
 
 
 def test_training_augments_training_batches_only(data_dir, tmp_path, monkeypatch):
-    from tinygrad_caps.models import training
+    from tinygrad_caps.models.app.training import trainer as training
 
     made = []
 

@@ -11,22 +11,21 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.models import cli
 
-from helpers import metrics_without_times as metrics, write_striped_dataset
+from cli_helpers import TINY_CPU, tiny_data_dir
+from helpers import metrics_without_times as metrics
 
-TINY = ["--dataset", "tiny", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim",
-        "4", "--kernel-size", "3", "--batch-size", "8", "--no-progress", "--device", "cpu", "--epochs", "3"]
+THREE_EPOCHS = ["--dataset", "tiny", *TINY_CPU, "--epochs", "3"]  # "3" last: [*THREE_EPOCHS[:-1], "1"] is one epoch
 BATCHES_PER_EPOCH = 5
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data") / "tiny"
-    write_striped_dataset(folder, (40, 16), cycle_labels=True)
-    return folder.parent
+    """Module-wide (the uninterrupted run is trained once), labels 0, 1, 2, 0, ..."""
+    return tiny_data_dir(tmp_path_factory.mktemp("data"), (40, 16), cycle_labels=True)
 
 
 def args(data_dir, out, *extra):
-    return ["train", *TINY, "--data-dir", str(data_dir), "--out", str(out), *extra]
+    return ["train", *THREE_EPOCHS, "--data-dir", str(data_dir), "--out", str(out), *extra]
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +89,7 @@ def test_a_broken_stdout_pipe_stops_the_run_cleanly_and_resume_completes_it(data
 def test_checkpoints_follow_the_umask(data_dir, tmp_path):
     previous = os.umask(0o027)
     try:
-        assert cli.main(["train", *TINY[:-1], "1", "--data-dir", str(data_dir), "--out", str(tmp_path / "run")]) == 0
+        assert cli.main(["train", *THREE_EPOCHS[:-1], "1", "--data-dir", str(data_dir), "--out", str(tmp_path / "run")]) == 0
     finally:
         os.umask(previous)
     mode = (tmp_path / "run" / "checkpoints" / "last.npz").stat().st_mode & 0o777
@@ -100,7 +99,7 @@ def test_checkpoints_follow_the_umask(data_dir, tmp_path):
 
 def test_resume_drops_metrics_lines_beyond_the_checkpoint(data_dir, tmp_path, uninterrupted):
     out = tmp_path / "run"
-    assert cli.main(["train", *TINY[:-1], "1", "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    assert cli.main(["train", *THREE_EPOCHS[:-1], "1", "--data-dir", str(data_dir), "--out", str(out)]) == 0
     with open(out / "metrics.jsonl", "a") as f:  # as if a process died after writing epoch 2's line
         f.write(json.dumps(dict(uninterrupted[1], seconds=0.0)) + "\n" + '{"epoch": 3, "trunc')
     assert cli.main(args(data_dir, out, "--resume")) == 0
@@ -166,7 +165,7 @@ if sys.argv[1] == "imports":
         return previous
     signal.signal = install_then_swallow
 else:
-    from tinygrad_caps.models.run_state import StopSignals
+    from tinygrad_caps.models.app.training.run_state import StopSignals
     enter = StopSignals.__enter__
     def swallow_then_enter(self):
         swallowed_ctrl_c()
@@ -191,7 +190,7 @@ def test_a_remembered_start_up_ctrl_c_stops_one_run_only():
     import signal
 
     import tinygrad_caps_cli
-    from tinygrad_caps.models.run_state import Interrupted, StopSignals
+    from tinygrad_caps.models.app.training.run_state import Interrupted, StopSignals
 
     start_up = tinygrad_caps_cli.StartUpInterrupt()
     start_up.received = signal.SIGINT

@@ -8,30 +8,10 @@ import pytest
 
 import tinygrad_caps as tc
 from tinygrad_caps.models import cli
-from tinygrad_caps.models.app import progress, training
+from tinygrad_caps.models.app.training import progress, trainer as training
 
-from helpers import metrics_without_times as metrics, write_striped_dataset
-
-TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-        "--kernel-size", "3", "--batch-size", "8", "--no-progress"]
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (40, 16))
-    return tmp_path / "data"
-
-
-def train(data_dir, out, *extra):
-    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), *TINY, *extra])
-
-
-def one_line_error(capsys, status):
-    err = capsys.readouterr().err
-    assert status == 2 and "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
+from cli_helpers import TINY, one_line_error, train
+from helpers import metrics_without_times as metrics
 
 
 @pytest.mark.parametrize("made", [False, True])

@@ -13,11 +13,11 @@ import pytest
 
 import tinygrad_caps as tc
 from tinygrad_caps.data import IDXError, read_idx, write_idx
-from tinygrad_caps.models import cli, training
+from tinygrad_caps.models import cli
+from tinygrad_caps.models.app.training import trainer as training
 from tinygrad_caps.models.errors import UsageError
 
-TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-        "--kernel-size", "3", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+from cli_helpers import TINY_CPU, train_argv
 
 
 def make_dataset(root, name="tiny", labels_of=None, n_train=40, n_test=16, label_dtype=np.uint8, size=10):
@@ -38,7 +38,7 @@ def data_dir(tmp_path):
 
 
 def train_args(data_dir, out, *extra, dataset="tiny"):
-    return ["train", "--dataset", dataset, "--data-dir", str(data_dir), "--out", str(out), *TINY, *extra]
+    return train_argv(data_dir, out, *extra, options=TINY_CPU, dataset=dataset)
 
 
 def one_line_error(capsys, status, expected_status=2):
@@ -70,10 +70,10 @@ def test_a_bug_prints_its_traceback_and_asks_for_a_report(data_dir, tmp_path, ca
 
 
 def test_debug_shows_the_traceback_of_a_user_error(tmp_path, capsys):
-    status = cli.main(["--debug", "train", "--dataset", "nowhere", "--data-dir", str(tmp_path), *TINY])
+    status = cli.main(["--debug", "train", "--dataset", "nowhere", "--data-dir", str(tmp_path), *TINY_CPU])
     err = capsys.readouterr().err
     assert status == 2 and "Traceback" in err and "not found" in err.strip().splitlines()[-1]
-    status = cli.main(["train", "--dataset", "nowhere", "--data-dir", str(tmp_path), *TINY, "--debug"])
+    status = cli.main(["train", "--dataset", "nowhere", "--data-dir", str(tmp_path), *TINY_CPU, "--debug"])
     assert status == 2 and "Traceback" in capsys.readouterr().err
 
 
@@ -109,7 +109,7 @@ def test_an_unusable_out_is_one_line(data_dir, tmp_path, capsys, problem):
 def test_a_folder_where_no_file_can_be_made_is_refused_before_any_work(data_dir, tmp_path, capsys, monkeypatch):
     """As root every access check passes, yet /proc or a read-only mount takes no new file: the
     check tries to make one."""
-    from tinygrad_caps.models.app import output_paths
+    from tinygrad_caps.models.app.training import output_paths
 
     def read_only(*args, **kwargs):
         raise OSError(30, "Read-only file system")

@@ -11,9 +11,10 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.models import cli
 from tinygrad_caps.models.errors import UsageError
-from tinygrad_caps.models.training import Trainer, train as train_run
+from tinygrad_caps.models.app.training.trainer import Trainer, train as train_run
 
-from helpers import metrics_without_times as metrics, write_striped_dataset
+from cli_helpers import one_line_error, train
+from helpers import metrics_without_times as metrics
 
 # Options that differ from every default, so that a resume that forgot any of them would show.
 RUN = ["--conv1-channels", "3", "--primary-types", "2", "--primary-dim", "3", "--digit-dim", "3", "--kernel-size",
@@ -22,22 +23,8 @@ RUN = ["--conv1-channels", "3", "--primary-types", "2", "--primary-dim", "3", "-
        "--augment", "none", "--no-progress", "--device", "cpu"]
 
 
-@pytest.fixture
-def data_dir(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (40, 16))
-    return tmp_path / "data"
-
-
 def start(data_dir, out, *extra):
-    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), *RUN, *extra])
-
-
-def one_line_error(capsys, status):
-    err = capsys.readouterr().err
-    assert status == 2 and "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
+    return train(data_dir, out, *extra, options=RUN)
 
 
 def interrupt_at_step(monkeypatch, n):
@@ -133,7 +120,7 @@ def test_capsule_options_are_refused_for_the_cnn(data_dir, tmp_path, capsys, opt
 
 
 def test_a_cnn_run_records_no_capsule_options(data_dir, tmp_path):
-    from tinygrad_caps.models.training import MODEL_OPTIONS
+    from tinygrad_caps.models.capsnet.config import MODEL_OPTIONS
 
     out = tmp_path / "cnn"
     assert cli.main(["train", "--model", "cnn", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out),

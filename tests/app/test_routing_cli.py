@@ -10,7 +10,7 @@ import tinygrad_caps.functional as F
 from helpers import write_tiny_data
 from tinygrad_caps.models import (CapsNet, RoutingLayer, RoutingTrace, cli, register_routing, routing_names,
                                   unregister_routing)
-from tinygrad_caps.models.app.study_registry import get_study
+from tinygrad_caps.models.app.studies.registry import get_study
 from tinygrad_caps.models.capsnet.config import CapsNetConfig
 
 SMALL = ["--kernel-size", "5", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "3",

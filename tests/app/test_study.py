@@ -12,22 +12,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import metrics_without_times, write_striped_dataset
+from cli_helpers import TINY, tiny_data_dir
+from helpers import metrics_without_times
 from tinygrad_caps.models import cli
-from tinygrad_caps.models.app import study_registry, study_runner, training
-from tinygrad_caps.models.app.commands import study as study_command
-from tinygrad_caps.models.app.study_registry import STUDIES, register_study
-from tinygrad_caps.models.app.study_summary import line_figures
+from tinygrad_caps.models.app.cli import study as study_command
+from tinygrad_caps.models.app.studies import registry as study_registry, runner as study_runner
+from tinygrad_caps.models.app.training import trainer as training
+from tinygrad_caps.models.app.studies.registry import STUDIES, register_study
+from tinygrad_caps.models.app.studies.summary import line_figures
 
 T975_DF1 = 12.7062047362  # Student's t, 97.5% quantile, one degree of freedom
-TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-        "--kernel-size", "3", "--batch-size", "8", "--no-progress"]
+
+
+def study_data(root):
+    """The dataset options of a study here: "tiny" in ``root``, 24 training and 12 test images, uncompressed."""
+    return ["--dataset", "tiny", "--data-dir", str(tiny_data_dir(root, (24, 12), compress=False))]
 
 
 @pytest.fixture
 def data(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (24, 12), compress=False)
-    return ["--dataset", "tiny", "--data-dir", str(tmp_path / "data")]
+    return study_data(tmp_path / "data")
 
 
 def study(name, out, data, *extra):
@@ -290,7 +294,7 @@ def test_resume_never_adopts_run_folders_of_no_study(tmp_path, data, capsys):
 
 
 def test_mean_curves_meet_at_the_steps_every_run_logged():
-    from tinygrad_caps.models.app.study_summary import _mean_curve
+    from tinygrad_caps.models.app.studies.summary import _mean_curve
     every_10 = {"step": [10, 20, 30, 40, 50], "t": [1.0, 2.0, 3.0, 4.0, 5.0]}
     every_20 = {"step": [20, 40], "t": [20.0, 40.0]}
     assert _mean_curve([every_10, every_20]) == {"step": [20, 40], "t": [11.0, 22.0]}
@@ -359,8 +363,7 @@ def test_summary_names_the_files_it_writes_and_those_it_leaves_and_counts_in_the
 def finished_study(tmp_path_factory):
     """A finished gradient-modes study (one seed, one epoch, gradient flow logged every step) to copy."""
     root = tmp_path_factory.mktemp("finished")
-    write_striped_dataset(root / "data" / "tiny", (24, 12), compress=False)
-    data = ["--dataset", "tiny", "--data-dir", str(root / "data")]
+    data = study_data(root / "data")
     assert study("gradient-modes", root / "study", data, "--seed-list", "0", "--epochs", "1",
                  "--log-gradflow", "1") == 0
     return root / "study"
@@ -432,7 +435,7 @@ def test_summary_refuses_a_finished_run_whose_metrics_were_lost_and_never_writes
 
 
 def test_summary_json_holds_no_nan():
-    from tinygrad_caps.models.app.study_summary import summary_json
+    from tinygrad_caps.models.app.studies.summary import summary_json
     from tinygrad_caps.models.errors import UsageError
 
     with pytest.raises(UsageError, match=r"rows\[0\]\.ci95\[1\] is not a finite number"):
@@ -548,7 +551,7 @@ def test_a_real_second_process_is_refused_while_the_first_holds_the_folder(study
     import sys
 
     holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; from tinygrad_caps.models.app.study_lock import study_lock\n"
+                               "import sys, time; from tinygrad_caps.models.app.studies.lock import study_lock\n"
                                "with study_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
                                str(study_copy)], stdout=subprocess.PIPE, text=True)
     try:

@@ -9,23 +9,21 @@ import pytest
 
 from tinygrad_caps.models import cli
 
-from helpers import write_striped_dataset
+import cli_helpers
+from cli_helpers import TINY_DIM3_CPU, tiny_data_dir
 
 pytest.importorskip("tensorboardX")
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 
-TINY = ["--conv1-channels", "3", "--primary-types", "2", "--primary-dim", "3", "--digit-dim", "3", "--kernel-size",
-        "3", "--batch-size", "8", "--no-progress", "--device", "cpu"]
-
 
 @pytest.fixture
 def data_dir(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (24, 8))
-    return tmp_path / "data"
+    """24 training images: 3 batches an epoch."""
+    return tiny_data_dir(tmp_path / "data", (24, 8))
 
 
 def train(data_dir, out, *extra):
-    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), *TINY, *extra])
+    return cli_helpers.train(data_dir, out, *extra, options=TINY_DIM3_CPU)
 
 
 def events(folder):
@@ -111,7 +109,7 @@ def test_a_study_exports_one_tensorboard_run_per_configuration_and_seed(data_dir
     study = tmp_path / "study"
     tb = tmp_path / "tb"
     assert cli.main(["study", "run", "conventions", "--out", str(study), "--dataset", "tiny", "--data-dir",
-                     str(data_dir), *TINY, "--seeds", "2", "--epochs", "1", "--tensorboard-out", str(tb)]) == 0
+                     str(data_dir), *TINY_DIM3_CPU, "--seeds", "2", "--epochs", "1", "--tensorboard-out", str(tb)]) == 0
     assert "(TensorBoard, 8 runs)" in capsys.readouterr().out
     plan = json.loads((study / "study.json").read_text())
     for config in plan["configs"]:
@@ -146,7 +144,7 @@ def leaves(record, prefix=""):
 
 
 def test_the_scalars_of_a_gradflow_line_are_every_number_it_holds():
-    from tinygrad_caps.models.app.tensorboard_log import gradflow_scalars
+    from tinygrad_caps.models.app.training.tensorboard_log import gradflow_scalars
 
     rows = [{"iteration": 0, "t_score": 0.1, "d_score": 0.2, "grad_norm_sum": 1.0, "grad_norm_agreement": 0.5},
             {"iteration": 1, "t_score": 0.3, "d_score": 0.4, "grad_norm_sum": 2.0, "grad_norm_agreement": None}]

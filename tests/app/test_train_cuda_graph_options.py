@@ -8,23 +8,22 @@ import pytest
 
 from tinygrad_caps.models import cli
 
-from helpers import write_striped_dataset
+import cli_helpers
+from cli_helpers import TINY_DIM3_CPU, tiny_data_dir
 from paths import SUPPORT
 from standin import run_standin
 
-TINY = ["--conv1-channels", "3", "--primary-types", "2", "--primary-dim", "3", "--digit-dim", "3", "--kernel-size",
-        "3", "--batch-size", "8", "--limit-train", "16", "--limit-test", "8", "--no-progress", "--device", "cpu"]
+ONE_SHORT_EPOCH = ["--epochs", "1", *TINY_DIM3_CPU, "--limit-train", "16", "--limit-test", "8"]
 
 
 @pytest.fixture
 def data_dir(tmp_path):
-    write_striped_dataset(tmp_path / "data" / "tiny", (16, 8))
-    return tmp_path / "data"
+    """16 training, 8 test images: two batches an epoch."""
+    return tiny_data_dir(tmp_path / "data", (16, 8))
 
 
 def train(data_dir, out, *extra):
-    return cli.main(["train", "--dataset", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--epochs", "1",
-                     *TINY, *extra])
+    return cli_helpers.train(data_dir, out, *extra, options=ONE_SHORT_EPOCH)
 
 
 def test_cuda_graph_on_without_a_gpu_is_one_line_and_creates_nothing(data_dir, tmp_path, capsys):
@@ -66,7 +65,7 @@ def test_a_capture_that_fails_falls_back_under_auto_and_is_refused_under_on(tmp_
 
 def test_the_trainer_takes_the_mode_as_a_keyword(data_dir, tmp_path):
     from tinygrad_caps.models.errors import UsageError
-    from tinygrad_caps.models.training import Trainer
+    from tinygrad_caps.models.app.training.trainer import Trainer
 
     config = dict(dataset="tiny", data_dir=str(data_dir), batch_size=8, epochs=1, lr=1e-3, lr_decay=0.9, seed=0,
                   augment=None, device="cpu", conv1_channels=3, primary_types=2, primary_dim=3, digit_dim=3,

@@ -7,14 +7,16 @@ import pytest
 
 from tinygrad_caps.data import write_idx
 from tinygrad_caps.models import cli
-from tinygrad_caps.models.training import train
-from tinygrad_caps.models.visualize import ROTATIONS, TRANSLATIONS, TWEAKS, display_image, transformed
+from tinygrad_caps.models.analysis.pictures import TWEAKS, display_image
+from tinygrad_caps.models.analysis.probes import ROTATIONS, TRANSLATIONS, transformed
+from tinygrad_caps.models.app.training.trainer import train
+
+from cli_helpers import TINY
 
 pytest.importorskip("matplotlib")
 Image = pytest.importorskip("PIL.Image")
 
-TINY = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
-        "--kernel-size", "3", "--batch-size", "8", "--no-progress", "--epochs", "1"]
+ONE_EPOCH = [*TINY, "--epochs", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,8 @@ def runs(tmp_path_factory):
             write_idx(folder / f"{stem}-images-idx3-ubyte", images)
             write_idx(folder / f"{stem}-labels-idx1-ubyte", labels)
     data = str(root / "data")
-    assert cli.main(["train", "--dataset", "tiny", "--data-dir", data, "--out", str(root / "caps"), *TINY]) == 0
-    assert cli.main(["train", "--dataset", "other", "--data-dir", data, "--out", str(root / "other"), *TINY]) == 0
+    assert cli.main(["train", "--dataset", "tiny", "--data-dir", data, "--out", str(root / "caps"), *ONE_EPOCH]) == 0
+    assert cli.main(["train", "--dataset", "other", "--data-dir", data, "--out", str(root / "other"), *ONE_EPOCH]) == 0
     train(dict(model="cnn", cnn_channels=[2, 2, 2], cnn_hidden=[4, 4], dataset="tiny", data_dir=data, batch_size=8,
                epochs=1, lr=1e-3, lr_decay=0.9, seed=0, augment=None, device="cpu"), root / "cnn",
           show_progress=False, log=lambda *a: None)
@@ -108,8 +110,8 @@ def test_robustness_with_a_cnn_to_compare_and_a_gif(runs, tmp_path):
 
 def test_robustness_accuracy_is_recomputable_from_the_transforms(runs):
     from tinygrad_caps.data import dataset_spec, load_dataset
-    from tinygrad_caps.models.training import load_checkpoint_model
-    from tinygrad_caps.models.visualize import predict, robustness_curves
+    from tinygrad_caps.models.analysis.probes import predict, robustness_curves
+    from tinygrad_caps.models.app.training.checkpoints import load_checkpoint_model
 
     model, config = load_checkpoint_model(runs["caps"], device="cpu")
     images, labels = load_dataset("tiny", "test", runs["root"] / "data")
@@ -193,7 +195,7 @@ LONG_NAMES = ["Ankle boot", "T-shirt/top", "averyveryverylongclassname"]
 
 
 def test_reconstruction_titles_are_whole_with_a_key_and_the_true_class_of_wrong_ones():
-    from tinygrad_caps.models.pictures import reconstructions_figure
+    from tinygrad_caps.models.analysis.pictures import reconstructions_figure
 
     x = np.random.default_rng(0).random((3, 1, 10, 10))
     fig = reconstructions_figure(x, x, labels=np.array([0, 1, 2]), predicted=np.array([0, 2, 1]),
@@ -210,7 +212,7 @@ def test_reconstruction_titles_are_whole_with_a_key_and_the_true_class_of_wrong_
 
 
 def test_perturbation_grid_has_hairlines_and_no_negative_zero():
-    from tinygrad_caps.models.pictures import TWEAKS, perturbation_figure
+    from tinygrad_caps.models.analysis.pictures import TWEAKS, perturbation_figure
 
     assert not np.signbit(TWEAKS[5]) and TWEAKS[5] == 0
     grids = np.random.default_rng(0).random((2, 4, len(TWEAKS), 1, 10, 10))
@@ -225,7 +227,7 @@ def test_perturbation_grid_has_hairlines_and_no_negative_zero():
 
 
 def test_robustness_picture_keeps_class_names_whole():
-    from tinygrad_caps.models.pictures import robustness_figure
+    from tinygrad_caps.models.analysis.pictures import robustness_figure
 
     steps = len(ROTATIONS)
     frames = np.random.default_rng(0).random((steps, 1, 10, 10))
@@ -281,7 +283,7 @@ def test_evaluate_checks_the_reconstructions_name_before_evaluating(runs, tmp_pa
 
 
 def test_visualize_and_evaluate_show_progress_bars_on_a_terminal_only(runs, tmp_path, capsys, monkeypatch):
-    from tinygrad_caps.models import progress
+    from tinygrad_caps.models.app.training import progress
 
     args = ["--checkpoint", runs["caps"], "--what", "robustness", "--count", "4", "--out", str(tmp_path / "r.png")]
     assert visualize(*args) == 0
@@ -299,7 +301,7 @@ def test_visualize_and_evaluate_show_progress_bars_on_a_terminal_only(runs, tmp_
 def test_missing_matplotlib_or_pillow_is_refused_before_any_work(runs, tmp_path, capsys, monkeypatch):
     import sys
 
-    from tinygrad_caps.models import plots
+    from tinygrad_caps.models.analysis import plots
 
     plots.pyplot()  # matplotlib itself imports PIL.Image: loaded first, as it is by the time a picture is drawn
     monkeypatch.setitem(sys.modules, "PIL.Image", None)  # import PIL.Image raises ImportError

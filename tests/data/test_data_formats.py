@@ -18,14 +18,7 @@ from PIL import Image  # noqa: E402
 
 from helpers import damaged_deflate, damaged_npy_header  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def offline_cache(monkeypatch, tmp_path):
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in tests")
-
-    monkeypatch.setattr(cache.urllib.request, "urlopen", refuse)
-    monkeypatch.setenv("TINYGRAD_CAPS_DATA", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("offline_cache")  # tests/data/conftest.py
 
 
 # ---------------------------------------------------------------- smallNORB

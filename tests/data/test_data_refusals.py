@@ -17,18 +17,11 @@ from helpers import write_striped_dataset
 from tinygrad_caps.data import DatasetError, NORBError, cache, cifar, folder, norb, read_norb_matrix
 from tinygrad_caps.data.registry import DatasetSpec
 from tinygrad_caps.data.preprocess import UNIT_SCALE
-from tinygrad_caps.models.cli_errors import one_line
+from tinygrad_caps.models.app.training.reporting import one_line
 
 pytest.importorskip("PIL")
 
-
-@pytest.fixture(autouse=True)
-def private_cache(monkeypatch, tmp_path):
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in tests")
-
-    monkeypatch.setattr(cache.urllib.request, "urlopen", refuse)
-    monkeypatch.setenv("TINYGRAD_CAPS_DATA", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("offline_cache")  # tests/data/conftest.py
 
 
 def refused(tmp_path, argv):

@@ -11,12 +11,9 @@ from tinygrad_caps.data import (BatchIterator, DatasetError, Preprocess, affine_
 from tinygrad_caps.data import mnist, norb
 from tinygrad_caps.data.idx import read_idx
 from tinygrad_caps.data.registry import CIFAR_TEST, CIFAR_TRAIN, NORB_TEST, NORB_TRAIN
-from tinygrad_caps.models.training import train
+from tinygrad_caps.models.app.training.trainer import train
 
-
-@pytest.fixture(autouse=True)
-def private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("TINYGRAD_CAPS_DATA", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")  # tests/data/conftest.py
 
 
 def test_registered_geometry_and_classes():

@@ -3,13 +3,15 @@ network), and the batch iterator's seeding and augmentation."""
 import gzip
 import hashlib
 import io
+import urllib.request
 
 import numpy as np
 import pytest
 
 from helpers import damaged_deflate
-from tinygrad_caps import datasets
-from tinygrad_caps.datasets import BatchIterator, DatasetError, IDXError, load_dataset, read_idx, write_idx
+
+from tinygrad_caps import data
+from tinygrad_caps.data import BatchIterator, DatasetError, IDXError, load_dataset, read_idx, write_idx
 
 
 def write_split_files(folder, n_train=20, n_test=10, size=28, compress=True, seed=0):
@@ -21,14 +23,7 @@ def write_split_files(folder, n_train=20, n_test=10, size=28, compress=True, see
         write_idx(folder / f"{stem}-labels-idx1-ubyte{suffix}", rng.integers(0, 10, n, dtype=np.uint8), compress)
     return folder
 
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch, tmp_path):
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in tests")
-
-    monkeypatch.setattr(datasets.urllib.request, "urlopen", refuse)
-    monkeypatch.setenv("TINYGRAD_CAPS_DATA", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("offline_cache")  # tests/data/conftest.py
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -78,7 +73,7 @@ def test_search_order_prefers_data_dir_then_the_cache(tmp_path, monkeypatch):
 
 def test_fashion_mnist_falls_back_to_the_debian_folder(tmp_path, monkeypatch):
     write_split_files(tmp_path / "debian", n_train=4)
-    monkeypatch.setitem(datasets.KNOWN["fashion-mnist"], "system_dirs", [str(tmp_path / "debian")])
+    monkeypatch.setitem(data.KNOWN["fashion-mnist"], "system_dirs", [str(tmp_path / "debian")])
     assert load_dataset("fashion-mnist")[0].shape[0] == 4
 
 
@@ -86,12 +81,12 @@ def test_offline_with_nothing_found_says_what_to_do(tmp_path, monkeypatch):
     with pytest.raises(DatasetError) as info:
         load_dataset("mnist", data_dir=tmp_path / "empty")
     message = str(info.value)
-    for stem in datasets.ALL_FILES:
+    for stem in data.ALL_FILES:
         assert stem in message
     assert "downloads are off" in message and "--data-dir" in message
     with pytest.raises(DatasetError, match="network disabled"):
         load_dataset("mnist", data_dir=tmp_path / "empty", download_missing=True)
-    monkeypatch.setitem(datasets.KNOWN["fashion-mnist"], "system_dirs", [])
+    monkeypatch.setitem(data.KNOWN["fashion-mnist"], "system_dirs", [])
     with pytest.raises(DatasetError, match="apt-get install dataset-fashion-mnist"):
         load_dataset("fashion-mnist", data_dir=tmp_path / "empty")
 
@@ -99,13 +94,13 @@ def test_offline_with_nothing_found_says_what_to_do(tmp_path, monkeypatch):
 def test_download_checks_sha256_and_writes_atomically(tmp_path, monkeypatch):
     files = {}
     rng = np.random.default_rng(0)
-    for stem in datasets.ALL_FILES:
+    for stem in data.ALL_FILES:
         array = rng.integers(0, 10, (3, 28, 28) if "images" in stem else 3, dtype=np.uint8)
         buffer = tmp_path / "tmp.idx"
         write_idx(buffer, array)
         files[stem] = buffer.read_bytes()
     sums = {stem: hashlib.sha256(raw).hexdigest() for stem, raw in files.items()}
-    monkeypatch.setitem(datasets.KNOWN["mnist"], "sha256", sums)
+    monkeypatch.setitem(data.KNOWN["mnist"], "sha256", sums)
     bad_first_mirror = {"count": 0}
 
     class Response(io.BytesIO):
@@ -117,17 +112,17 @@ def test_download_checks_sha256_and_writes_atomically(tmp_path, monkeypatch):
 
     def fake_urlopen(url, timeout=None):
         stem = url.rsplit("/", 1)[1][:-3]
-        if url.startswith(datasets.KNOWN["mnist"]["mirrors"][0]):
+        if url.startswith(data.KNOWN["mnist"]["mirrors"][0]):
             bad_first_mirror["count"] += 1
             # a damaged deflate stream (zlib.error) or tampered content: either way the next mirror is tried
             return Response(damaged_deflate(files[stem]) if "images" in stem else gzip.compress(files[stem] + b"tampered"))
         return Response(gzip.compress(files[stem]))
 
-    monkeypatch.setattr(datasets.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     images, labels = load_dataset("mnist", "test", download_missing=True)
     assert images.shape == (3, 1, 28, 28) and bad_first_mirror["count"] == 4
     cached = sorted(p.name for p in (tmp_path / "cache" / "mnist").iterdir())
-    assert cached == sorted(f"{stem}.gz" for stem in datasets.ALL_FILES)
+    assert cached == sorted(f"{stem}.gz" for stem in data.ALL_FILES)
 
 
 def test_batches_are_seeded_scaled_and_cover_everything():

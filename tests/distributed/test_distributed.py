@@ -148,7 +148,7 @@ def test_sync_batch_norm_gradients_and_values_equal_batch_norm(data):
 
 
 def test_convert_sync_batchnorm_shares_parameters_and_buffers():
-    from tinygrad_caps.models.decoders import DeconvDecoder
+    from tinygrad_caps.models.capsnet.decoders import DeconvDecoder
 
     decoder = DeconvDecoder(20, 1, 12, batch_norm=True)
     before = dict(decoder.named_parameters())

@@ -11,7 +11,7 @@ from tinygrad_caps import _parallel
 from tinygrad_caps.autograd import DeferredGradient
 from tinygrad_caps.ops import capsule
 from tinygrad_caps.ops.capsule import OuterProducts, outer_products_array
-from tinygrad_caps.models.routing import dynamic_routing
+from tinygrad_caps.models.capsnet.routing import dynamic_routing
 
 
 def _routing_grads(monkeypatch, deferred, *, hook=False, retain=False, anomaly=False, profile=False):

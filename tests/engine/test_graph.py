@@ -182,7 +182,7 @@ def test_a_format_dot_lacks_is_named_with_the_ones_it_offers(tmp_path, monkeypat
 
 
 def test_the_graph_command_refuses_a_format_dot_lacks_before_any_work(tmp_path, capsys, monkeypatch):
-    from tinygrad_caps.models.app.commands import graph as command
+    from tinygrad_caps.models.app.cli import graph as command
 
     monkeypatch.setenv("PATH", fake_dot(tmp_path / "bin", "canon dot pdf:cairo svg svg:core xdot"))
     monkeypatch.setattr(command, "graph_loss", lambda *args: pytest.fail("the model was run"))
@@ -195,7 +195,7 @@ def test_the_graph_command_refuses_a_format_dot_lacks_before_any_work(tmp_path, 
 
 @pytest.mark.parametrize("out", ["new/", "new.svg/", "new.dot/", "folder", "folder/", "folder.svg"])
 def test_the_graph_command_refuses_a_folder_in_one_line_before_any_work(tmp_path, capsys, monkeypatch, out):
-    from tinygrad_caps.models.app.commands import graph as command
+    from tinygrad_caps.models.app.cli import graph as command
 
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder.svg").mkdir()

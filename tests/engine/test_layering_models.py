@@ -1,8 +1,10 @@
 """The layers of models/ import only downward: capsnet (the network family) imports neither analysis
-nor app, analysis does not import app, and nothing under tinygrad_caps/ imports models. Read from the
-source with ``ast``, so an import inside a function counts too; an old module name (models/_moved.py)
-counts as the module it now names."""
+nor app, analysis does not import app, and nothing under tinygrad_caps/ imports models; inside app/,
+the rooms import downward too (cli -> studies -> training), and inside capsnet/routing/ the modules.
+Read from the source with ``ast``, so an import inside a function counts too. No code of ours imports
+an old module path (models/_moved.py), so none needs resolving here."""
 import ast
+import types
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ PACKAGE = "tinygrad_caps.models"
 
 
 def module_name(path: Path) -> str:
-    """models/app/cli.py -> tinygrad_caps.models.app.cli (a package's __init__ is the package)."""
+    """models/app/cli.py -> tinygrad_caps.models.app.cli.parser (a package's __init__ is the package)."""
     parts = list(path.relative_to(MODELS).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
@@ -41,12 +43,9 @@ def imported_modules(path: Path, package: str) -> set:
 
 
 def resolved(name: str) -> str:
-    """An old flat module name as the module it now names; ``models.X`` (the source folder) as ``tinygrad_caps.models.X``."""
+    """``models.X`` (the source folder) as ``tinygrad_caps.models.X``."""
     if name == "models" or name.startswith("models."):
         name = PACKAGE + name[len("models"):]
-    parts = name.split(".")
-    if name.startswith(PACKAGE + ".") and len(parts) > 2 and parts[2] in MOVED:
-        name = ".".join([PACKAGE, MOVED[parts[2]], *parts[3:]])
     return name
 
 
@@ -79,8 +78,95 @@ def test_the_engine_imports_no_models():
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):
-    """The resolution of relative imports and old names, on imports that would break the layering."""
+    """The resolution of relative imports, on imports that would break the layering."""
     module = tmp_path / "m.py"
-    module.write_text("from ..app.training import train\nfrom .. import training\nfrom ..plots import pyplot\n")
+    module.write_text("from ..app.training import trainer\nfrom .. import analysis\nfrom ..analysis.plots import pyplot\n")
     assert imported_modules(module, f"{PACKAGE}.capsnet") >= {
-        f"{PACKAGE}.app.training", f"{PACKAGE}.app.training.train", f"{PACKAGE}.analysis.plots"}
+        f"{PACKAGE}.app.training", f"{PACKAGE}.app.training.trainer", f"{PACKAGE}.analysis",
+        f"{PACKAGE}.analysis.plots"}
+
+
+@pytest.mark.parametrize("room, forbidden", [("training", ("studies", "cli")), ("studies", ("cli",))])
+def test_a_room_of_app_imports_no_room_above_it(room, forbidden):
+    imports = layer_imports(f"app/{room}")
+    assert imports, f"models/app/{room}/ has no modules"
+    wrong = {module: sorted(m for m in targets if m.startswith(f"{PACKAGE}.app.") and m.split(".")[3] in forbidden)
+             for module, targets in imports.items()}
+    assert not {m: t for m, t in wrong.items() if t}
+
+
+def test_app_holds_only_its_three_rooms():
+    modules = {p.name for p in (MODELS / "app").iterdir() if p.name != "__pycache__"}
+    assert modules == {"__init__.py", "cli", "studies", "training"}, "put a new module of app/ into its room"
+
+
+def test_no_code_of_ours_imports_an_old_module_path():
+    import tinygrad_caps.models as models
+
+    exports = {name for name, value in vars(models).items() if not isinstance(value, types.ModuleType)}
+    old_paths = {f"{PACKAGE}.{old}" for old in MOVED if old not in exports}  # routing_statistics: the function
+    for folder in ("models", "tinygrad_caps", "kernels", "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if folder == "models":
+                name = module_name(path)
+                package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            else:
+                package = "tests"  # absolute imports only outside models/
+            used = {m for m in imported_modules(path, package) if m in old_paths}
+            assert not used, f"{path.relative_to(ROOT)} imports {sorted(used)}: use the new paths (CHANGELOG.md)"
+
+
+ROUTING = f"{PACKAGE}.capsnet.routing"
+# module of models/capsnet/routing/ -> the modules of that package it may import: the shared helpers, the
+# layer interface, one module per algorithm (none importing another, but dynamic's CapsuleLayer runs
+# uniform routing), the registry above them all, and the package's __init__ above the registry.
+ROUTING_IMPORTS = {
+    "common": set(),
+    "base": {"common"},
+    "uniform": {"common"},
+    "dynamic": {"common", "base", "uniform"},
+    "em": {"common", "base"},
+    "self_attention": {"common", "base"},
+    "self_routing": {"common", "base"},
+    "registry": {"base", "dynamic", "em", "self_attention", "self_routing"},
+}
+
+
+def test_the_routing_package_imports_downward():
+    folder = MODELS / "capsnet" / "routing"
+    modules = {path.stem for path in folder.glob("*.py")} - {"__init__"}
+    assert modules == set(ROUTING_IMPORTS), "place a new module of capsnet/routing/ in ROUTING_IMPORTS"
+    for module, allowed in ROUTING_IMPORTS.items():
+        siblings = set()
+        for name in imported_modules(folder / f"{module}.py", ROUTING):
+            if name == ROUTING:
+                siblings.add("__init__")
+            elif name.startswith(ROUTING + "."):
+                siblings.add(name[len(ROUTING) + 1:].split(".")[0])
+        assert siblings <= allowed, f"capsnet/routing/{module}.py imports {sorted(siblings - allowed)}"
+
+
+def public_names(path: Path) -> set:
+    """The names a module defines at its top level without a leading underscore."""
+    names = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_the_routing_package_exports_every_public_name_of_its_modules():
+    """``capsnet.routing`` stands for all its modules (the old routing_algorithms and routing_layers too)."""
+    folder = MODELS / "capsnet" / "routing"
+    init = ast.parse((folder / "__init__.py").read_text())
+    exported = next(ast.literal_eval(node.value) for node in init.body if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets))
+    imported = {alias.asname or alias.name for node in init.body if isinstance(node, ast.ImportFrom)
+                for alias in node.names}
+    defined = set().union(*(public_names(path) for path in folder.glob("*.py") if path.name != "__init__.py"))
+    assert defined - set(exported) == set(), "add these to capsnet/routing/__init__.py's imports and __all__"
+    assert set(exported) - imported == set(), "__all__ names these, which capsnet/routing/__init__.py does not import"

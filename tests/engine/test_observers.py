@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tinygrad_caps as tc
+from tinygrad_caps.autograd import grad_mode
 import tinygrad_caps.functional as F
 from tinygrad_caps import autograd
 
@@ -57,13 +58,13 @@ def test_observers_are_per_thread_and_leave_nothing_behind():
     x = tc.tensor(np.ones(3))
     seen_by_thread = {}
     with autograd.observing(Log()) as log:
-        worker = threading.Thread(target=lambda: seen_by_thread.update(observer=autograd._state.observer,
+        worker = threading.Thread(target=lambda: seen_by_thread.update(observer=grad_mode._state.observer,
                                                                          y=F.neg(x)))
         worker.start()
         worker.join()
         F.exp(x)
     assert seen_by_thread["observer"] is None and [e[1] for e in log.events] == ["Exp"]
-    assert autograd._state.observer is None and autograd._state.observers == ()
+    assert grad_mode._state.observer is None and grad_mode._state.observers == ()
 
 
 def test_an_inner_observer_of_the_same_class_takes_the_place_of_the_outer():
@@ -83,4 +84,4 @@ def test_a_profile_and_anomaly_detection_watch_together():
         with pytest.raises(tc.AnomalyError, match="Log"), np.errstate(invalid="ignore"):
             F.log(x)
     assert prof.totals()["Exp"]["calls"] == 1 and prof.totals()["Exp"]["backward_s"] > 0
-    assert autograd._state.observer is None and not tc.is_anomaly_enabled()
+    assert grad_mode._state.observer is None and not tc.is_anomaly_enabled()

@@ -7,7 +7,7 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.cuda_graphs import CapturedStep, capture_unavailable_reason
 from tinygrad_caps.kernels import launch
-from tinygrad_caps.kernels.emulation import Emulator
+from tinygrad_caps.kernels.checking.emulation import Emulator
 
 from paths import SUPPORT
 from standin import run_standin

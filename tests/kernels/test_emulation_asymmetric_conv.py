@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from conv_cases import ASYMMETRIC, BATCHES, conv_case
 from naive_conv import naive_col2im, naive_im2col
 from tinygrad_caps.kernels import conv
-from tinygrad_caps.kernels.emulation import Emulator
+from tinygrad_caps.kernels.checking.emulation import Emulator
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
 

@@ -38,7 +38,7 @@ def test_capsule_and_routing_kernels_equal_numpy(cp, shape, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 37, 10, 16), (100, 1152, 10, 16)])
 def test_outer_products_and_row_activation_kernels_equal_numpy(cp, shape, dtype):
-    from tinygrad_caps.kernels.emulation import reference_softmax, reference_softmax_grad, reference_squash, \
+    from tinygrad_caps.kernels.checking.reference import reference_softmax, reference_softmax_grad, reference_squash, \
         reference_squash_grad
 
     b, i, j, d = shape
@@ -59,7 +59,7 @@ def test_outer_products_and_row_activation_kernels_equal_numpy(cp, shape, dtype)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (3, 37, 10, 16, 8), (100, 1152, 10, 16, 8), (9, 5, 3, 5, 3)])
 def test_one_pass_adjoint_and_fused_routing_equal_numpy_and_are_deterministic(cp, shape, dtype):
-    from tinygrad_caps.kernels.emulation import reference_routing
+    from tinygrad_caps.kernels.checking.reference import reference_routing
 
     b, i, j, d, k = shape
     rng = np.random.default_rng(3)
@@ -84,7 +84,7 @@ def test_one_pass_adjoint_and_fused_routing_equal_numpy_and_are_deterministic(cp
 @pytest.mark.parametrize("amsgrad, decoupled", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_adam_step_kernel_equals_numpy(cp, dtype, amsgrad, decoupled):
-    from tinygrad_caps.kernels.emulation import reference_adam
+    from tinygrad_caps.kernels.checking.reference import reference_adam
 
     rng = np.random.default_rng(6)
     state = [rng.standard_normal(1_474_561).astype(dtype) for _ in range(5)]  # DigitCaps' W, plus one
@@ -102,7 +102,7 @@ def test_adam_step_kernel_equals_numpy(cp, dtype, amsgrad, decoupled):
 @pytest.mark.parametrize("batch_last", [False, True])
 @pytest.mark.parametrize("case", [((2, 3, 9, 8), (3, 3), (2, 2), (1, 1)), ((100, 256, 20, 20), (9, 9), (2, 2), (0, 0))])
 def test_im2col_and_col2im_kernels_equal_numpy(cp, case, batch_last):
-    from tinygrad_caps.kernels.emulation import reference_im2col
+    from tinygrad_caps.kernels.checking.reference import reference_im2col
 
     shape, kernel, stride, padding = case
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
 from tinygrad_caps.gradcheck import check_double_grad, check_grad
-from tinygrad_caps.kernels.emulation import Emulator
+from tinygrad_caps.kernels.checking.emulation import Emulator
 from tinygrad_caps.kernels.launch import run_numpy_arrays_with
 
 from helpers import routing_and_conv_gradients
@@ -127,7 +127,7 @@ def test_routing_and_convolution_gradients_equal_the_numpy_path():
 
 
 def test_fused_routing_serves_no_grad_evaluation_only():
-    from models.routing import dynamic_routing
+    from tinygrad_caps.models.capsnet.routing import dynamic_routing
 
     u_hat = tc.tensor(np.random.default_rng(2).standard_normal((3, 13, 4, 8)))
     reference = dynamic_routing(u_hat, iterations=3).numpy()
@@ -154,7 +154,7 @@ def test_fused_routing_serves_no_grad_evaluation_only():
     ((1, 2, 2, 3200), False),
 ])
 def test_output_capsules_too_large_for_shared_memory_route_op_by_op(shape, agreement_kernel):
-    from models.routing import dynamic_routing
+    from tinygrad_caps.models.capsnet.routing import dynamic_routing
 
     u_hat = tc.tensor(np.random.default_rng(4).standard_normal(shape) * 0.01)
     reference = dynamic_routing(u_hat, iterations=3).numpy()

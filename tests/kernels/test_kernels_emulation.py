@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tinygrad_caps.kernels import activation, capsule, conv, optim, routing
-from tinygrad_caps.kernels.emulation import (Emulator, reference_col2im, reference_im2col, sanitizer_environment,
-                                              selfcheck)
+from tinygrad_caps.kernels.checking.emulation import Emulator, sanitizer_environment, selfcheck
+from tinygrad_caps.kernels.checking.reference import reference_col2im, reference_im2col
 from tinygrad_caps.kernels.launch import KernelLaunch, cuda_sources, source_text
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
@@ -78,7 +78,7 @@ def test_routing_kernels_equal_numpy(emulator, shape, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 9, 3, 5), (3, 7, 10, 16), (2, 5, 2, 64)])  # (B, I, J, D)
 def test_fused_routing_forward_equals_numpy(emulator, shape, dtype):
-    from tinygrad_caps.kernels.emulation import reference_routing
+    from tinygrad_caps.kernels.checking.reference import reference_routing
 
     u_hat = np.random.default_rng(sum(shape)).standard_normal(shape).astype(dtype)
     for iterations in (1, 3):
@@ -100,7 +100,7 @@ def test_every_kernel_agrees_with_numpy_whichever_way_threads_run(ways):
 
 @pytest.mark.parametrize("name", cuda_sources())
 def test_the_emulation_finds_every_kernel_of_a_source(name):
-    from tinygrad_caps.kernels.emulation import kernel_signatures
+    from tinygrad_caps.kernels.checking.emulation import kernel_signatures
 
     text = source_text(name)
     found = kernel_signatures(text)
@@ -241,7 +241,7 @@ def run_sanitized(kind, code):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["thread", "address"])
 def test_all_kernels_pass_under_sanitizers(kind):
-    result = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.emulation", "--sanitize", kind],
+    result = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.checking.emulation", "--sanitize", kind],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all kernels agree with NumPy" in result.stdout
@@ -255,7 +255,7 @@ def test_all_kernels_pass_under_sanitizers(kind):
 def test_sanitizers_catch_a_race_and_an_out_of_bounds_read(broken_dir, kind, kernel, warning):
     code = textwrap.dedent(f"""
         import numpy as np
-        from tinygrad_caps.kernels.emulation import Emulator
+        from tinygrad_caps.kernels.checking.emulation import Emulator
         from tinygrad_caps.kernels.launch import KernelLaunch
         out = np.zeros(16, np.float32)
         Emulator(sanitize={kind!r}, source_dir={str(broken_dir)!r})(

@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinygrad_caps.kernels import activation, capsule, optim, routing
-from tinygrad_caps.kernels.emulation import Emulator, reference_adam, reference_routing, reference_softmax, \
-    reference_softmax_grad, reference_squash, reference_squash_grad
+from tinygrad_caps.kernels.checking.emulation import Emulator
+from tinygrad_caps.kernels.checking.reference import (reference_adam, reference_routing, reference_softmax,
+                                                      reference_softmax_grad, reference_squash, reference_squash_grad)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tinygrad_caps.kernels import capsule, routing
-from tinygrad_caps.kernels.emulation import EmulationError, Emulator, sanitizer_environment
+from tinygrad_caps.kernels.checking.emulation import EmulationError, Emulator, sanitizer_environment
 from tinygrad_caps.kernels.launch import KernelLaunch, LaunchError
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
@@ -214,7 +214,7 @@ def test_vector_loads_and_stores(emulator):
 def test_two_blocks_run_at_the_same_time(kernel_dir):
     code = textwrap.dedent(f"""
         import numpy as np
-        from tinygrad_caps.kernels.emulation import Emulator
+        from tinygrad_caps.kernels.checking.emulation import Emulator
         from tinygrad_caps.kernels.launch import KernelLaunch
         flag = np.zeros(1, np.float32)
         Emulator(source_dir={str(kernel_dir)!r})(
@@ -245,7 +245,7 @@ def test_max_blocks_makes_grid_stride_loops_take_several_passes():
 def run_in_subprocess(kind, kernel_dir, kernel, grid, block, args_code, shared=0):
     code = textwrap.dedent(f"""
         import numpy as np
-        from tinygrad_caps.kernels.emulation import Emulator
+        from tinygrad_caps.kernels.checking.emulation import Emulator
         from tinygrad_caps.kernels.launch import KernelLaunch
         args = {args_code}
         Emulator(sanitize={kind!r}, source_dir={str(kernel_dir)!r})(

@@ -169,7 +169,7 @@ def test_stacked_capsnet_with_bias_matches_pytorch_in_float64(gradient):
 
 
 def test_config_carries_the_options_and_a_mismatched_checkpoint_names_the_keys(tmp_path):
-    from tinygrad_caps.models.training import build_model, load_checkpoint_model
+    from tinygrad_caps.models.app.training.checkpoints import build_model, load_checkpoint_model
 
     config = dict(SMALL, in_channels=1, num_classes=10, hidden_capsules=[[3, 4]], capsule_bias=True, routing="uniform")
     model = build_model(config)

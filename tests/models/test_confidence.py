@@ -64,3 +64,26 @@ def test_equal_values_have_exactly_no_spread():
     for values in ([0.1] * 3, [0.9123] * 5):
         spread = mean_and_spread(values)
         assert spread["std"] == 0.0 and spread["ci95"] == [values[0], values[0]] and spread["mean"] == values[0]
+
+
+def test_welch_and_paired_differences_of_two_rows():
+    from tinygrad_caps.models.analysis.confidence import paired_difference, welch_difference
+
+    a = {"n": 3, "mean": 1.0, "std": 1.0, "seeds": [0, 1, 2], "values": [0.0, 1.0, 2.0]}
+    b = {"n": 3, "mean": 2.0, "std": 1.0, "seeds": [0, 1, 2], "values": [1.0, 2.0, 4.0]}
+    welch = welch_difference(a, b)  # df = 4, half = t(0.975, 4) sqrt(2 / 3)
+    half = 2.7764451051977987 * (2 / 3) ** 0.5
+    assert welch["difference"] == 1.0 and welch["ci95"] == pytest.approx([1 - half, 1 + half], abs=1e-9)
+    assert not welch["exceeds_spread"] and welch_difference(dict(a, n=1), b) is None
+    paired = paired_difference(a, b)  # differences 1, 1, 2
+    assert paired["n"] == 3 and paired["mean"] == pytest.approx(4 / 3, abs=1e-12)
+    assert paired_difference(a, dict(b, seeds=[0, 7, 8])) is None  # one common seed
+
+
+def test_path_and_inner_shares_of_a_layers_iterations():
+    from tinygrad_caps.models.analysis.routing_statistics import inner_share, path_shares
+
+    rows = [{"grad_norm_sum": 1.0, "grad_norm_agreement": 1.0}, {"grad_norm_sum": 2.0, "grad_norm_agreement": None}]
+    assert path_shares(rows) == [(0.25, 0.25), (0.5, None)]
+    assert inner_share(rows) == 0.5 and inner_share(rows[1:]) is None
+    assert inner_share([{"grad_norm_sum": None, "grad_norm_agreement": 0.0}, rows[1]]) is None

@@ -9,7 +9,7 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps import optim
 from tinygrad_caps.models import CapsNet, capsule_loss
-from tinygrad_caps.models.decoders import FCDecoder
+from tinygrad_caps.models.capsnet.decoders import FCDecoder
 
 from paths import ORACLES
 

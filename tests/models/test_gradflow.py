@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import tinygrad_caps as tc
-from tinygrad_caps.models import CapsNet, cli, gradflow_command, gradient_flow_report
-from tinygrad_caps.models.gradflow import hessian_top_eigenvalue, mean_of_reports
+from tinygrad_caps.models import CapsNet, cli, gradient_flow_report
+from tinygrad_caps.models.app.cli import gradflow as gradflow_command
+from tinygrad_caps.models.analysis.gradflow import hessian_top_eigenvalue, mean_of_reports
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 needs_fashion = pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),
@@ -66,7 +67,7 @@ def test_report_parameter_norms_match_a_plain_backward():
     x, y = tiny_batch()
     report = gradient_flow_report(model, x, y, modes=("full",))
     assert report["mode_cosine"] == {}
-    from tinygrad_caps.models.losses import capsule_loss
+    from tinygrad_caps.models.capsnet.losses import capsule_loss
 
     _, lengths, reconstruction = model(x, y)
     capsule_loss(lengths, reconstruction, x, y).backward()
@@ -80,7 +81,7 @@ def test_hessian_power_iteration_follows_the_exact_hessian():
                     num_classes=2, routing_iterations=2).to(dtype="float64")
     x, y = tiny_batch(2)
     y = y % 2
-    from tinygrad_caps.models.gradflow import _substituted_parameter, batch_loss
+    from tinygrad_caps.models.analysis.gradflow import _substituted_parameter, batch_loss
 
     def loss_in(w):
         with _substituted_parameter(model, "digit.weight", w):
@@ -261,7 +262,7 @@ def legend_labels(ax):
 
 
 def test_gradflow_picture_of_zero_gradients_says_so_on_every_gradient_panel():
-    from tinygrad_caps.models.plots import gradflow_figure
+    from tinygrad_caps.models.analysis.plots import gradflow_figure
 
     report = gradient_flow_report(tiny_model(), *tiny_batch())
     for result in report["modes"].values():
@@ -280,7 +281,7 @@ def test_gradflow_picture_of_zero_gradients_says_so_on_every_gradient_panel():
 
 
 def test_gradflow_picture_draws_zeros_on_a_marked_floor_and_identical_curves_apart():
-    from tinygrad_caps.models.plots import gradflow_figure
+    from tinygrad_caps.models.analysis.plots import gradflow_figure
 
     report = gradient_flow_report(tiny_model(), *tiny_batch())  # detach: no gradient through r = 0, 1
     fig = gradflow_figure(report)
@@ -303,7 +304,7 @@ def test_gradflow_picture_draws_zeros_on_a_marked_floor_and_identical_curves_apa
 
 
 def test_plot_of_a_one_epoch_run_is_readable(tmp_path):
-    from tinygrad_caps.models.plots import run_figure
+    from tinygrad_caps.models.analysis.plots import run_figure
 
     fig = run_figure([metrics_line(1)], [gradflow_line(1)], "quick")
     loss, accuracy, paths, entropy = fig.axes
@@ -318,7 +319,7 @@ def test_plot_of_a_one_epoch_run_is_readable(tmp_path):
 
 
 def test_plot_draws_one_minus_entropy_on_a_log_axis_without_an_offset(tmp_path):
-    from tinygrad_caps.models.plots import run_figure
+    from tinygrad_caps.models.analysis.plots import run_figure
 
     fig = run_figure([metrics_line(1), metrics_line(2)], [gradflow_line(step) for step in (1, 2, 3)])
     entropy = fig.axes[3]
@@ -331,7 +332,7 @@ def test_plot_draws_one_minus_entropy_on_a_log_axis_without_an_offset(tmp_path):
 
 
 def test_plot_of_couplings_uniform_to_rounding_says_so():
-    from tinygrad_caps.models.plots import run_figure
+    from tinygrad_caps.models.analysis.plots import run_figure
 
     lines = [gradflow_line(step) for step in (1, 2)]
     for line in lines:  # float32: 1 - entropy a little below 0 at every iteration
@@ -434,7 +435,7 @@ def test_gradflow_out_must_be_a_folder(tmp_path, capsys):
 
 @needs_fashion
 def test_gradflow_shows_a_progress_bar_on_a_terminal_only(tmp_path, capsys, monkeypatch):
-    from tinygrad_caps.models import progress
+    from tinygrad_caps.models.app.training import progress
 
     args = ["gradflow", *TINY_MODEL, "--batch-size", "2", "--batches", "2", "--modes", "full"]
     assert cli.main([*args, "--out", str(tmp_path / "a")]) == 0
@@ -455,7 +456,7 @@ def one_step_line(step, agreement=1e-4):
 
 
 def test_plot_draws_the_agreement_path_of_a_one_step_routing():
-    from tinygrad_caps.models.plots import run_figure
+    from tinygrad_caps.models.analysis.plots import run_figure
 
     paths = run_figure([metrics_line(1)], [one_step_line(step) for step in (1, 2, 3)]).axes[2]
     assert legend_labels(paths) == ["r=0 sum", "r=0 agreement"]
@@ -472,7 +473,7 @@ def test_plot_draws_the_agreement_path_of_a_one_step_routing():
 
 @pytest.mark.parametrize("routing", ["self-attention", "self-routing"])
 def test_gradflow_picture_tells_the_two_paths_of_a_one_step_routing_apart(routing):
-    from tinygrad_caps.models.plots import gradflow_figure
+    from tinygrad_caps.models.analysis.plots import gradflow_figure
 
     tc.manual_seed(0)
     model = CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=2,
@@ -491,8 +492,8 @@ def test_gradflow_picture_tells_the_two_paths_of_a_one_step_routing_apart(routin
 
 
 def test_legend_says_equal_only_for_values_equal_as_shown():
-    from tinygrad_caps.models.figure_style import coinciding_labels
-    from tinygrad_caps.models.plots import run_figure
+    from tinygrad_caps.models.analysis.figure_style import coinciding_labels
+    from tinygrad_caps.models.analysis.plots import run_figure
 
     x = [1, 2]
     assert coinciding_labels([(x, [1.0, 2.0], "a"), (x, [1.01, 2.02], "b")]) == ["a", "b"]  # 1% apart
@@ -507,9 +508,9 @@ def test_legend_says_equal_only_for_values_equal_as_shown():
 
 
 def test_d_score_is_taken_from_the_activations_where_the_routing_has_them(tmp_path):
-    from tinygrad_caps.models.app.commands.gradflow import format_report
-    from tinygrad_caps.models.app.gradflow_log import GradflowLog
-    from tinygrad_caps.models.routing_statistics import activation_d_score, routing_statistics
+    from tinygrad_caps.models.app.cli.gradflow import format_report
+    from tinygrad_caps.models.app.training.gradflow_log import GradflowLog
+    from tinygrad_caps.models.analysis.routing_statistics import activation_d_score, routing_statistics
 
     x, y = tiny_batch()
     for routing, source in (("em", "activations"), ("self-routing", "activations"), ("dynamic", "lengths")):
@@ -545,8 +546,8 @@ def test_plot_of_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
 
 
 def test_the_plot_of_a_study_run_names_its_configuration_and_study(tmp_path, monkeypatch):
-    from tinygrad_caps.models.app.commands import plot as plot_command
-    from tinygrad_caps.models.plots import run_figure
+    from tinygrad_caps.models.app.cli import plot as plot_command
+    from tinygrad_caps.models.analysis.plots import run_figure
 
     study = tmp_path / "study"
     run = write_run(study / "runs" / "routing3-full" / "seed-0", [metrics_line(1)], [gradflow_line(1)])

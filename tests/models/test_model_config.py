@@ -4,6 +4,9 @@ CapsNetOutput; and the module names from before models/ was grouped into capsnet
 import copy
 import dataclasses
 import importlib
+import re
+import sys
+import warnings
 import json
 import pickle
 
@@ -12,10 +15,11 @@ import pytest
 
 import tinygrad_caps as tc
 from tinygrad_caps.models import BaselineCNN, BaselineCNNConfig, CapsNet, CapsNetConfig, CapsNetOutput, cli
+from tinygrad_caps.kernels.moved import MovedModuleProxy
 from tinygrad_caps.models._moved import MOVED
-from tinygrad_caps.models.app.checkpoint_schema import validate_config
-from tinygrad_caps.models.app.model_options import options_table_markdown
-from tinygrad_caps.models.app.presets import PRESETS, preset_options
+from tinygrad_caps.models.app.training.checkpoint_schema import validate_config
+from tinygrad_caps.models.app.cli.model_options import options_table_markdown
+from tinygrad_caps.models.app.training.presets import PRESETS, preset_options
 from tinygrad_caps.models.capsnet.config import MODEL_OPTIONS
 
 from paths import ROOT
@@ -120,24 +124,34 @@ def test_cli_options_checkpoint_checks_and_presets_follow_the_config():
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_module_names_are_the_moved_modules(old):
+def test_old_module_paths_are_the_moved_modules_and_warn(old):
     moved = importlib.import_module(f"tinygrad_caps.models.{MOVED[old]}")
-    assert importlib.import_module(f"tinygrad_caps.models.{old}") is moved
-    assert moved.__spec__.name == moved.__name__ == f"tinygrad_caps.models.{MOVED[old]}"
+    name = f"tinygrad_caps.models.{old}"
+    message = rf"{re.escape(name)} is deprecated and will be removed in 0.2; import {re.escape(moved.__name__)} instead"
+    if isinstance(sys.modules.get(name), MovedModuleProxy):  # named like an export of the package
+        attribute = next(n for n in vars(moved) if not n.startswith("_"))
+        with pytest.warns(DeprecationWarning, match=message):
+            assert getattr(importlib.import_module(name), attribute) is getattr(moved, attribute)
+        return
+    if sys.modules.get(name) is moved:
+        del sys.modules[name]  # imported through its old path earlier in this process: import it afresh
+    with pytest.warns(DeprecationWarning, match=message):
+        assert importlib.import_module(name) is moved
+    assert moved.__spec__.name == moved.__name__
 
 
-def test_a_monkeypatch_through_an_old_name_reaches_the_moved_module(monkeypatch):
-    from tinygrad_caps.models import training
-    from tinygrad_caps.models.app import training as moved
-    from tinygrad_caps.models.routing import dynamic_routing
+def test_a_monkeypatch_through_an_old_path_reaches_the_moved_module(monkeypatch):
+    with warnings.catch_warnings():  # (the warning itself is tested above)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        training = importlib.import_module("tinygrad_caps.models.training")
+    from tinygrad_caps.models.app.training import trainer
 
     monkeypatch.setattr(training, "limited", lambda images, labels, limit: "patched")
-    assert moved.limited(None, None, 1) == "patched"
-    assert dynamic_routing is importlib.import_module("tinygrad_caps.models.capsnet.routing").dynamic_routing
+    assert trainer.limited(None, None, 1) == "patched"
 
 
 def test_an_export_named_like_an_old_module_stays_the_export():
     import tinygrad_caps.models as models
 
-    module = importlib.import_module("tinygrad_caps.models.routing_statistics")
+    module = importlib.import_module("tinygrad_caps.models.analysis.routing_statistics")
     assert callable(models.routing_statistics) and models.routing_statistics is module.routing_statistics

@@ -166,7 +166,7 @@ def test_leaky_routing_couplings_sum_below_one_and_exactly_one_without():
 
 
 def test_checkpoints_record_and_restore_the_conventions(tmp_path):
-    from tinygrad_caps.models.training import build_model, load_checkpoint_model
+    from tinygrad_caps.models.app.training.checkpoints import build_model, load_checkpoint_model
 
     config = dict(CONFIG, in_channels=1, num_classes=10, conventions="official", leaky_routing=True)
     model = build_model(config)

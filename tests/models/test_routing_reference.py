@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 import tinygrad_caps as tc
 from reference_routing import route, route_bias_gradient, route_gradient
 from tinygrad_caps.models import dynamic_routing
-from tinygrad_caps.models.routing import uniform_routing
+from tinygrad_caps.models.capsnet.routing import uniform_routing
 
 
 def routed(u_hat, iterations, gradient, cotangent):

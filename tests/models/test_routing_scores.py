@@ -12,7 +12,7 @@ import tinygrad_caps.functional as F
 from tinygrad_caps.models import CapsNet, gradient_flow_report
 from tinygrad_caps.models.analysis.routing_statistics import (coupling_entropy, network_scores, t_score,
                                                               t_score_resolution)
-from tinygrad_caps.models.app.commands.gradflow import format_report
+from tinygrad_caps.models.app.cli.gradflow import format_report
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

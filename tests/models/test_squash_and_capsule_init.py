@@ -13,7 +13,7 @@ import tinygrad_caps as tc
 import tinygrad_caps.functional as F
 from helpers import arrays, check_both, shapes, write_striped_dataset
 from tinygrad_caps.models import CapsNet, capsule_loss, cli, dynamic_routing
-from tinygrad_caps.models.app.checkpoints import load_checkpoint_model
+from tinygrad_caps.models.app.training.checkpoints import load_checkpoint_model
 from tinygrad_caps.models.capsnet import CapsNetConfig
 from tinygrad_caps.models.capsnet.squash import SQUASHES, peer_squash, sabour_squash, squash_function
 

@@ -17,7 +17,7 @@ from tree_copy import ROOT, copy_tree, environment
 
 # (name, file, the correct text, the buggy text)
 BUGS = [
-    ("routing logits replaced by the last agreement", "models/capsnet/routing.py",
+    ("routing logits replaced by the last agreement", "models/capsnet/routing/dynamic.py",
      "logits = logits + a\n", "logits = a\n"),
     ("default reconstruction weight 0.0005 -> 0.005", "models/capsnet/losses.py",
      "DEFAULT_RECONSTRUCTION_WEIGHT = 0.0005", "DEFAULT_RECONSTRUCTION_WEIGHT = 0.005"),

@@ -3,8 +3,9 @@
     python tests/mutation/run_mutation.py --out /tmp/mutation                  # every mutant
     python tests/mutation/run_mutation.py --out /tmp/mutation --sample 300     # a seeded sample
 
-Mutates tinygrad_caps/ops/, tinygrad_caps/optim/, models/capsnet/routing.py, models/capsnet/losses.py
-and models/capsnet/model.py, each module against its own fast test selection (SELECTIONS), in a copy of the
+Mutates tinygrad_caps/ops/, tinygrad_caps/optim/, dynamic and uniform routing and their shared helpers
+(models/capsnet/routing/dynamic.py, uniform.py, common.py), models/capsnet/losses.py and
+models/capsnet/model.py, each module against its own fast test selection (SELECTIONS), in a copy of the
 tree (the working tree is never modified) with PyTorch and CuPy hidden (tests/mutation/without_torch.py) and
 the Hypothesis profile "mutation" (reproducible, no shrinking). ``--sample N`` draws N mutants in all,
 each module's share proportional to its number of mutants (at least one), with ``--seed``.
@@ -53,12 +54,15 @@ SELECTIONS = {
     "tinygrad_caps/ops/shape.py": FAST + ["tests/engine/test_grad_shape_reduce.py", "tests/engine/test_grad_elementwise.py"],
     "tinygrad_caps/optim/optimizer.py": OPTIM,
     "tinygrad_caps/optim/lr_scheduler.py": OPTIM,
-    "models/capsnet/routing.py": MODELS,
+    "models/capsnet/routing/dynamic.py": MODELS,
+    "models/capsnet/routing/uniform.py": MODELS,
+    "models/capsnet/routing/common.py": MODELS + ["tests/models/test_routing_algorithms.py"],
     "models/capsnet/losses.py": MODELS,
     "models/capsnet/model.py": MODELS,
 }
 DEFAULT_SELECTION = FAST + ["tests/engine/test_grad_nn_ops.py", "tests/engine/test_grad_shape_reduce.py"]
-TARGETS = ["tinygrad_caps/ops", "tinygrad_caps/optim", "models/capsnet/routing.py", "models/capsnet/losses.py",
+TARGETS = ["tinygrad_caps/ops", "tinygrad_caps/optim", "models/capsnet/routing/dynamic.py",
+           "models/capsnet/routing/uniform.py", "models/capsnet/routing/common.py", "models/capsnet/losses.py",
            "models/capsnet/model.py"]
 
 

@@ -1,5 +1,9 @@
 """A CapsNet trained step by step on the GPU, eagerly or captured as a CUDA graph, each step's loss
-kept on the device: what the capture tests compare (on the stand-in and on a real GPU)."""
+kept on the device: what the capture tests compare (on the stand-in and on a real GPU).
+
+The test-side twin of the benchmarks' step (benchmarks/_steps.py ``training_step``: the same
+forward, capsule loss, zero_grad, backward and Adam); tests do not import the benchmarks. This one
+also writes each step's loss into a device array, which a replay of the captured graph must do too."""
 import numpy as np
 
 import tinygrad_caps as tc

@@ -15,7 +15,7 @@ import tinygrad_caps as tc
 import tinygrad_caps.distributed as dist
 from tinygrad_caps.data import BatchIterator
 from tinygrad_caps.models.capsnet import CapsNet
-from tinygrad_caps.models.training import batch_losses
+from tinygrad_caps.models.app.training.trainer import batch_losses
 
 GLOBAL_BATCH = 32
 SMALL_CAPSNET = dict(in_channels=1, image_size=28, num_classes=10, conv1_channels=8, primary_types=4,
@@ -209,7 +209,7 @@ def unused_parameter():
 
 def failing_rank():
     """Rank 1 fails while rank 0 waits in a collective: every rank must exit, non-zero, with rank 1's message."""
-    from tinygrad_caps.models.distributed_training import abort_on_error
+    from tinygrad_caps.models.app.training.distributed import abort_on_error
 
     dist.init(backend="mpi")
     with abort_on_error():

@@ -11,8 +11,9 @@ import numpy as np
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
 from tinygrad_caps.kernels import launch
-from tinygrad_caps.models.routing_statistics import routing_statistics
-from tinygrad_caps.models.training import batch_losses, load_checkpoint_model, train
+from tinygrad_caps.models.analysis.routing_statistics import routing_statistics
+from tinygrad_caps.models.app.training.checkpoints import load_checkpoint_model
+from tinygrad_caps.models.app.training.trainer import batch_losses, train
 
 from helpers import write_striped_dataset
 
@@ -280,7 +281,7 @@ def training_captured_equals_eager(folder):
     capture, replays, an eager last batch of 4) equals the eager run: metrics and weights to 1e-6;
     a run stopped mid-epoch and resumed (captured again) equals both."""
     import os
-    from tinygrad_caps.models.training import Interrupted
+    from tinygrad_caps.models.app.training.run_state import Interrupted
 
     folder = Path(folder)
     write_striped_dataset(folder / "data" / "tiny", (44, 12))  # 5 batches of 8, then one of 4

@@ -46,9 +46,6 @@ from .observers import GRADIENT_SUMS, Observer, observing, start_observing, stop
 from .anomaly import detect_anomaly
 from .engine import backward, grad, run_backward
 from ..tensor import Tensor
-# private names that were importable from tinygrad_caps.autograd before it was a package
-from .function import _InputInfo  # noqa: F401
-from .grad_mode import _GradMode, _state, _ThreadState  # noqa: F401
 
 __all__ = [
     "DeferredGradient",

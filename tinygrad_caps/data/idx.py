@@ -19,17 +19,6 @@ class IDXError(DatasetError, ValueError):
     """An IDX file's header or length is wrong."""
 
 
-def _decompressed_bytes(path: Path) -> bytes:
-    """A whole file, gunzipped if it is gzip (kept for ``tinygrad_caps.datasets``; ``read_idx`` streams instead)."""
-    raw = Path(path).read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except CORRUPT_STREAM_ERRORS as exc:
-            raise IDXError(f"{path}: the gzip stream is truncated or corrupt ({exc})") from exc
-    return raw
-
-
 def _parse_header(head: bytes, name: str):
     """(element dtype, shape, header length) from the first bytes of an IDX file; raises IDXError."""
     if len(head) < 4 or head[0] != 0 or head[1] != 0:

@@ -15,7 +15,7 @@ without a GPU to tell it:
   host data), so a forgotten ``.get()`` or a NumPy array left in a GPU graph shows here;
 - reductions return 0-d arrays, not NumPy scalars;
 - ``RawModule(code=...).get_function(name)`` launches run on the CPU emulation of our kernels
-  (``tinygrad_caps.kernels.emulation``), with CUDA's launch limits. The kernel must be in that
+  (``tinygrad_caps.kernels.checking.emulation``), with CUDA's launch limits. The kernel must be in that
   module's code, every array argument on the current GPU, and every scalar a sized NumPy scalar
   (CuPy would pass a Python int as a 64-bit value to an ``int`` parameter, silently);
 - ``cupy.cuda``: devices, streams, events (timed on the host), ``MemoryHook`` with malloc/free

@@ -486,7 +486,7 @@ def _emulator_instance():
     global _emulator
     with _emulator_lock:
         if _emulator is None:
-            from tinygrad_caps.kernels.emulation import Emulator
+            from tinygrad_caps.kernels.checking.emulation import Emulator
 
             _emulator = Emulator()
         return _emulator

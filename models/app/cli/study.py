@@ -1,0 +1,161 @@
+"""``tinygrad-caps study list | run NAME | summary DIR``: the registered studies, training one over
+its configurations and seeds (``study_runner``), and its summary (``study_summary``)."""
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+from ...errors import UsageError
+from ..training.option_checks import check_out_folder, positive_float
+from ..training.progress import bars_wanted
+from ..training.run_folder import RunFolder
+from ..studies.registry import MAX_DEPTH, STUDIES, get_study
+from ..studies.lock import study_lock
+from ..studies.runner import (EXIT_TIME_LIMIT, STUDY_ONLY, check_plan_runs, continue_command, parse_seed_list,
+                            plan_study, read_study, train_runs, write_plan)
+from ..studies.summary import plural, summary_markdown, write_summary
+from ..training.config import STUDY_OPTIONS
+from ..training.tensorboard_log import export_tensorboard
+from .model_options import positive_int
+from .training_options import add_training_options
+
+MAX_SEEDS = 1000  # seeds of one study: --seeds N and --seed-list's count
+
+
+def list_studies() -> str:
+    """One line per registered study: its name, what it varies, its default budget and configurations."""
+    width = max(len(name) for name in STUDIES)
+    lines = []
+    for name, study in STUDIES.items():
+        count = len(study.configurations())
+        lines.append(f"{name:<{width}}  {study.varies}; default {study.budget()}, {count} configurations")
+    return "\n".join(lines)
+
+
+HELP = "run a registered study over configurations and seeds, with a summary"
+
+
+def add_arguments(parser) -> None:
+    """``study list``, ``study run NAME`` (with the training options a study may set) and ``study summary DIR``."""
+    actions = parser.add_subparsers(dest="study_command", required=True)
+    actions.add_parser("list", help="one line per registered study: name, what it varies, default budget")
+    r = actions.add_parser("run", help="train every configuration of a study with every seed, then summarise")
+    r.add_argument("name", metavar="NAME", help="a registered study (see study list)")
+    r.add_argument("--out", required=True, metavar="DIR",
+                   help="the study's folder: DIR/runs/CONFIG/seed-S/ (run folders), DIR/study.json, DIR/summary.*")
+    r.add_argument("--seeds", type=positive_int, default=None, metavar="N", help="seeds 0..N-1 (default: the study's)")
+    r.add_argument("--seed-list", default=None, metavar="S,S,...", help="these seeds instead of 0..N-1")
+    r.add_argument("--max-minutes", type=positive_float, default=None, metavar="M",
+                   help="stop at the first batch boundary after M minutes, save, and say how to continue (exit 75)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the study in --out: finished runs are skipped, interrupted ones continue exactly")
+    r.add_argument("--max-depth", type=positive_int, default=None, metavar="K",
+                   help="depth: 0 to K hidden capsule layers (default 3)")
+    r.add_argument("--tensorboard-out", default=None, metavar="TB",
+                   help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    add_training_options(r, [name for name in STUDY_OPTIONS if name != "model"])  # the configurations choose the model
+    r.set_defaults(epochs=None)
+    next(action for action in r._actions if action.dest == "epochs").help = "epochs of every run (default: the study's)"
+    m = actions.add_parser("summary", help="write DIR/summary.json, .md and .png from a study's finished runs")
+    m.add_argument("out", metavar="DIR", help="a study folder (with study.json)")
+    m.add_argument("--tensorboard-out", default=None, metavar="TB",
+                   help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
+
+
+def run(args) -> int:
+    """Run the command for parsed ``args``; returns the exit status."""
+    if args.study_command == "list":
+        print(list_studies())
+        return 0
+    if getattr(args, "tensorboard_out", None) is not None:  # before any training
+        check_out_folder(Path(args.tensorboard_out), resume=True, option="--tensorboard-out")
+    if args.study_command == "summary":
+        report_summary(args.out, args.tensorboard_out)
+        return 0
+    return run_study(args)
+
+
+def export_study_tensorboard(out, folder) -> list:
+    """Export every run of the study in ``out`` that has logs (metrics.jsonl or gradflow.jsonl) as
+    TensorBoard event files in ``folder``/CONFIG/seed-S/, so TensorBoard shows one run per
+    configuration and seed; returns the folders written."""
+    plan = read_study(out)
+    if plan is None:
+        raise UsageError(f"{out} holds no study.json: not a study folder")
+    written = []
+    for config in plan["configs"]:
+        for run in config["runs"]:
+            run_dir = Path(out) / run["path"]
+            if RunFolder(run_dir).metrics.exists() or RunFolder(run_dir).gradflow.exists():
+                written.append(export_tensorboard(run_dir, Path(folder) / config["config_id"] / f"seed-{run['seed']}"))
+    return written
+
+
+def report_summary(out, tensorboard_out=None) -> None:
+    """Write and print the study's summary and one line per summary file: ``written: PATH``, or
+    ``unchanged: PATH`` where it held the summary already; with ``tensorboard_out``, export its runs
+    there too."""
+    summary = write_summary(out)
+    print(summary_markdown(summary), end="")
+    for path in summary["written"]:
+        print(f"written: {path}")
+    for path in summary.get("unchanged", ()):
+        print(f"unchanged: {path}")
+    if tensorboard_out is not None:
+        runs = export_study_tensorboard(out, tensorboard_out)
+        print(f"written: {tensorboard_out} (TensorBoard, {plural(len(runs), 'run')})")
+
+
+def study_seeds(args):
+    """The seeds ``--seeds`` or ``--seed-list`` give (None: the study's, or the saved plan's);
+    UsageError for both, or for more than MAX_SEEDS."""
+    if args.seeds is not None and args.seed_list is not None:
+        raise UsageError("give --seeds N or --seed-list S,S,..., not both")
+    if args.seeds is not None and not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds must lie in [1, {MAX_SEEDS}], got {args.seeds}")
+    if args.seed_list is None:
+        return list(range(args.seeds)) if args.seeds is not None else None
+    seeds = parse_seed_list(args.seed_list)
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"--seed-list: at most {MAX_SEEDS} seeds, got {len(seeds)}")
+    return seeds
+
+
+def study_parameters(args) -> dict:
+    """The study parameters the command line gives (``--max-depth``, checked against its range)."""
+    if args.max_depth is None:
+        return {}
+    if not 1 <= args.max_depth <= MAX_DEPTH:
+        raise UsageError(f"--max-depth must lie in [1, {MAX_DEPTH}], got {args.max_depth}")
+    return {"max_depth": args.max_depth}
+
+
+def run_study(args) -> int:
+    """``study run NAME``: plan (or continue) the study, train its runs, write its summary."""
+    try:
+        study = get_study(args.name)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    explicit = set(getattr(args, "explicit", set()))
+    seeds = study_seeds(args)
+    given = {k: v for k, v in vars(args).items() if k not in STUDY_ONLY}
+    command = "tinygrad-caps " + shlex.join(getattr(args, "command_line", None) or ["study", "run", args.name])
+    plan = plan_study(study, args.out, given, explicit - set(STUDY_ONLY), seeds=seeds, epochs=args.epochs,
+                      parameters=study_parameters(args), resume=args.resume, command=command,
+                      tensorboard_out=args.tensorboard_out)
+    tensorboard_out = plan.get("tensorboard_out")
+    if tensorboard_out is not None and args.tensorboard_out is None:  # the saved one, checked as a given one is
+        check_out_folder(Path(tensorboard_out), resume=True, option="--tensorboard-out")
+    check_plan_runs(plan, args.out)  # every configuration, before anything is written
+    with study_lock(args.out):
+        write_plan(Path(args.out), plan)
+        deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
+        result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
+        report_summary(args.out, tensorboard_out)
+    if result["stopped"]:
+        print(f"stopped after {plural(args.max_minutes, 'minute')} with {result['finished']} of "
+              f"{plural(result['total'], 'run')} finished; continue with: {continue_command(plan, args.out)}")
+        return EXIT_TIME_LIMIT
+    return 0

@@ -1,0 +1,78 @@
+"""``tinygrad-caps train``: the run's config from the command line (with ``--resume``, the run's own
+options; ``--preset``'s as defaults), checked, then trained on one process, under mpirun, or
+profiled (``--profile``)."""
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import tinygrad_caps as tc
+
+from ...errors import UsageError
+from ..training.option_checks import check_out_folder
+from ..training.progress import bars_wanted
+from ..training.run_folder import RunFolder
+from ..training.run_options import NOT_RUN_OPTIONS, model_options, resumed_options, saved_run_options
+from .model_options import positive_int
+from .training_options import add_training_options
+
+HELP = "train a CapsNet or the paper's baseline CNN (--model cnn)"
+
+
+def add_arguments(parser) -> None:
+    """The options of ``tinygrad-caps train``: every field of TrainingConfig, the model's options,
+    and where the run goes (``--out``, ``--resume``, ``--profile``, ``--no-progress``)."""
+    add_training_options(parser)
+    parser.add_argument("--out", default=None, help="run folder (default: a new folder under runs/)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.npz")
+    parser.add_argument("--profile", type=positive_int, default=None, metavar="N",
+                        help="profile N training batches, print the time per op and exit (writes nothing)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+
+
+def run(args):
+    """``train``: build the run's config from ``args`` and train; returns the exit status."""
+    config = {k: v for k, v in vars(args).items() if k not in NOT_RUN_OPTIONS}
+    if config["augment"] == "none":
+        config["augment"] = None
+    explicit = getattr(args, "explicit", set())
+    if args.resume and not args.out:
+        raise UsageError("--resume needs --out, the run folder to continue")
+    out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.resume and not args.profile:
+        saved = saved_run_options(out)
+        if saved is None:
+            raise UsageError(no_run_to_resume(out))
+        first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
+        config = resumed_options(config, explicit, saved, log=None if first_rank else lambda text: None)
+    config = model_options(config, explicit)
+    if args.profile:
+        from . import profile
+
+        return profile.run(config, args.profile)
+    check_out_folder(out, args.resume)
+    if out.exists() and not args.resume and RunFolder(out).metrics.exists():
+        raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    # the Trainer prints "run folder: ..." once it has created it, after the first batch
+    if args.distributed:
+        from ..training.distributed import abort_on_error, train_distributed
+
+        with abort_on_error("train", args.debug):
+            train_distributed(config, out, resume=args.resume, show_progress=bars_wanted(args.no_progress),
+                              sync_batchnorm=args.sync_batchnorm)
+        return 0
+    if args.sync_batchnorm:
+        raise UsageError("--sync-batchnorm needs --distributed")
+    started = tc.distributed.launcher_world_size()
+    if started and started > 1:  # several independent runs would write into one --out
+        raise UsageError(f"mpirun started {started} processes: add --distributed to train one model on all of them")
+    from ..training.trainer import train  # the training loop (and the dataset code) only when a run trains
+
+    train(config, out, resume=args.resume, show_progress=bars_wanted(args.no_progress))
+    return 0
+
+
+def no_run_to_resume(out: Path) -> str:
+    """The one-line refusal of ``--resume --out OUT`` where OUT holds no run (a typo, a fresh folder)."""
+    where = f"{out} does not exist" if not out.exists() else f"{out} holds no run (no config.json)"
+    return f"--resume: {where}; to start a run there, give the same command without --resume"

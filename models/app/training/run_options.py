@@ -1,0 +1,153 @@
+"""Which training options a command line gave, and how ``train --resume`` combines them with the run's own.
+
+``--resume --out DIR`` continues the run as it was configured: every option the command line does
+not give is taken from the run's ``config.json`` (the options it was started with), so
+``--resume --out DIR`` alone is enough. An option given again with the run's value is fine; one
+given with another value is refused in one line naming it and both values, except the options in
+``MAY_CHANGE_ON_RESUME``, which change where and how long the run goes on, not what it computes:
+``--epochs`` (extend or shorten the run), ``--device``, ``--data-dir`` (the same data, elsewhere),
+``--log-gradflow``, ``--log-mode-cosine``, ``--tensorboard`` and ``--cuda-graph`` (a captured step
+computes exactly what the eager one does).
+Their new values are written to ``config.json``, and the change is printed. Each option's rule is
+its field's ``resume`` in ``TrainingConfig``.
+``--distributed`` and ``--sync-batchnorm`` describe the launch and are taken from the command line.
+
+Options that only a CapsNet has are refused with ``--model cnn`` (``capsule_only_options``), and
+the CNN's own options with a CapsNet (``commands.train.model_options``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS
+from ...errors import UsageError
+from .config import CAPSULE_TRAINING_OPTIONS, LAUNCH_OPTIONS, MAY_CHANGE_ON_RESUME  # derived from TrainingConfig
+from .run_folder import RunFolder
+
+# what a command line holds beside a run's options (never written to config.json)
+NOT_RUN_OPTIONS = ("command", "out", "resume", "no_progress", "profile", "debug", "explicit", "command_line")
+
+_UNSET = object()
+
+
+def explicit_options(parser, argv) -> set:
+    """The destinations (``"conv1_channels"``, ...) of the options that ``argv`` gives explicitly.
+
+    ``parser`` is parsed a second time with every default replaced by a marker, so abbreviations
+    (``--epoch``), ``--opt=value`` and presets' defaults are all told apart correctly.
+    """
+    saved = []
+    for action in _all_actions(parser):
+        saved.append((action, action.default))
+        action.default = _UNSET
+    try:
+        parsed = parser.parse_args(argv)
+    finally:
+        for action, default in saved:
+            action.default = default
+    return {name for name, value in vars(parsed).items() if value is not _UNSET}
+
+
+def _all_actions(parser):
+    """Every option action of ``parser`` and of its subcommands' parsers."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _all_actions(sub)
+        elif action.dest != "help":
+            yield action
+
+
+def option_flag(name: str) -> str:
+    """``"conv1_channels"`` -> ``"--conv1-channels"``."""
+    return "--" + name.replace("_", "-")
+
+
+def saved_run_options(out: Path):
+    """The options a run in ``out`` was started with (its ``config.json``), or None if it has none yet.
+
+    A ``config.json`` that cannot be read as a JSON object is a one-line UsageError.
+    """
+    path = RunFolder(out).config
+    return read_json_object(path, f"--resume: cannot read the run's options from {path}",
+                            f"--resume: {path} does not hold the run's options (a JSON object)")
+
+
+def read_json_object(path: Path, unreadable: str, not_an_object: str):
+    """The JSON object in ``path``, or None where there is no such file; a UsageError saying
+    ``unreadable`` (with the reason) or ``not_an_object`` where it cannot be read as one."""
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{unreadable} ({exc})") from None
+    if not isinstance(saved, dict):
+        raise UsageError(not_an_object)
+    return saved
+
+
+def resumed_options(given: dict, explicit: set, saved: dict, log=None) -> dict:
+    """The options a resumed run trains with: ``saved`` (the run's own), with the options in
+    ``explicit`` taken from ``given`` where they may change (``MAY_CHANGE_ON_RESUME``) or agree.
+
+    Raises UsageError naming the first option given with a value the run cannot change.
+    """
+    log = log or print
+    options = dict(given)
+    for name, value in given.items():
+        if name in NOT_RUN_OPTIONS or name in LAUNCH_OPTIONS or name not in saved:
+            continue  # a new option since the run started keeps the command line's value
+        if name == "image_size" and saved.get("dataset") != "imagefolder":
+            continue  # config.json records the dataset's own image size; the option resizes image folders only
+        if name not in explicit:
+            options[name] = saved[name]
+        elif _normalized(value) != _normalized(saved[name]):
+            if name not in MAY_CHANGE_ON_RESUME:
+                raise UsageError(f"--resume: {option_flag(name)} {_shown(value)} differs from the run's "
+                                 f"{_shown(saved[name])}; a run continues as it was configured (only "
+                                 f"{', '.join(map(option_flag, MAY_CHANGE_ON_RESUME))} may change): drop the "
+                                 f"option or start a new run with another --out")
+            log(f"--resume: {option_flag(name)} changes from {_shown(saved[name])} to {_shown(value)}")
+    return options
+
+
+def capsule_only_options(explicit: set, model_options) -> list:
+    """The CapsNet-only options in ``explicit`` (model options and ``CAPSULE_TRAINING_OPTIONS``), as flags."""
+    names = [n for n in (*model_options, *CAPSULE_TRAINING_OPTIONS) if n in explicit]
+    return [option_flag(n) for n in names]
+
+
+def _normalized(value):
+    """JSON's view of a value (tuples become lists), so that a config.json value compares equal."""
+    return json.loads(json.dumps(value))
+
+
+def _shown(value) -> str:
+    if isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+        return ",".join(f"{a}x{b}" for a, b in value) or "(none)"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "(none)" if value is None else str(value)
+
+
+def model_options(config: dict, explicit: set) -> dict:
+    """``config`` with only the chosen model's options: for ``--model cnn`` the CapsNet-only options,
+    for a CapsNet the CNN-only ones, given explicitly, are refused (UsageError); the other model's
+    options are left out (and the CNN's unset sizes too), so ``config.json`` records only what the
+    model uses."""
+    if config["model"] == "cnn":
+        given = capsule_only_options(explicit, MODEL_OPTIONS)
+        if given:
+            raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to CapsNet only, "
+                             "not to --model cnn (the baseline CNN has no capsules, routing or decoder)")
+        left_out = MODEL_OPTIONS + CAPSULE_TRAINING_OPTIONS
+    else:
+        given = [option_flag(name) for name in CNN_OPTIONS if name in explicit]
+        if given:
+            raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --model cnn only "
+                             "(the baseline CNN's sizes), not to CapsNet")
+        left_out = CNN_OPTIONS
+    return {k: v for k, v in config.items() if k not in left_out and not (k in CNN_OPTIONS and v is None)}

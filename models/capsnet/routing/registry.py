@@ -1,0 +1,113 @@
+"""The routings by name: the registry that ``CapsNet(routing=NAME)``, ``--routing NAME``,
+checkpoints, presets and studies take names from, and the one-line refusals of options a routing
+does not take.
+
+Built in (``routing_names(builtin=True)``), each beside its layer in a module of this package:
+
+    "dynamic"         Sabour et al. (2017), Procedure 1 (``dynamic.dynamic_routing``, ``dynamic.CapsuleLayer``)
+    "uniform"         c = 1/J, one weighted sum (``uniform.uniform_routing``, ``dynamic.CapsuleLayer``); one
+                      step, but "detach" is accepted (it is the same computation) as it was before the registry
+    "em"              EM routing, Hinton et al. (2018), vector poses (``em.em_routing``, ``em.EMRoutingLayer``);
+                      parameters beta_u, beta_a (J,) from 0; the output activations are the class scores
+    "self-attention"  Mazzia et al. (2021), FCCaps (``self_attention.self_attention_routing``,
+                      ``self_attention.SelfAttentionRoutingLayer``); parameter attention_bias (I, J) from 0; one step
+    "self-routing"    Hahn et al. (2019) (``self_routing.self_routing``, ``self_routing.SelfRoutingLayer``);
+                      parameters route_weight (I, J, K) and route_bias (I, J) from 0 (uniform routing at the
+                      start); the output activations are the class scores; one step
+
+Register your own with ``register_routing(name, layer_factory)``: ``layer_factory(in_caps, in_dim,
+out_caps, out_dim, *, routing, iterations, gradient, bias, leaky_routing, squash)`` returns the
+layer; a ``RoutingLayer`` subclass (``base.py``) is such a factory (see docs/routing.md).
+"""
+from __future__ import annotations
+
+from tinygrad_caps import nn
+
+from .base import RoutingLayer, gradient_mode_refusal
+from .dynamic import CapsuleLayer
+from .em import EMRoutingLayer
+from .self_attention import SelfAttentionRoutingLayer
+from .self_routing import SelfRoutingLayer
+
+_ROUTINGS: dict = {}  # name -> layer factory
+BUILTIN_ROUTINGS = ("dynamic", "uniform", "em", "self-attention", "self-routing")
+
+
+def register_routing(name: str, layer_factory, *, replace: bool = False):
+    """Make ``name`` a routing of ``CapsNet(routing=name)``, ``--routing name``, checkpoints and
+    studies. ``layer_factory(in_caps, in_dim, out_caps, out_dim, *, routing, iterations, gradient,
+    bias, leaky_routing, squash)`` builds one routing layer (a ``RoutingLayer`` subclass is one).
+    A name registered already is refused unless ``replace``; the built-in names are never replaced.
+    Returns ``layer_factory``."""
+    if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "-_." for ch in name):
+        raise ValueError(f"register_routing: {name!r} is not a usable name (letters, digits, '-', '_', '.')")
+    if not callable(layer_factory):
+        raise TypeError(f"register_routing: the layer factory of {name!r} must be callable")
+    if name in _ROUTINGS and (name in BUILTIN_ROUTINGS or not replace):
+        raise ValueError(f"register_routing: a routing named {name!r} is registered already"
+                         + ("" if name in BUILTIN_ROUTINGS else " (replace=True to replace it)"))
+    _ROUTINGS[name] = layer_factory
+    return layer_factory
+
+
+def unregister_routing(name: str) -> None:
+    """Forget a routing registered with ``register_routing`` (the built-in ones stay)."""
+    if name in BUILTIN_ROUTINGS:
+        raise ValueError(f"unregister_routing: {name!r} is built in")
+    _ROUTINGS.pop(name, None)
+
+
+def routing_names(builtin: bool = False) -> tuple:
+    """The registered routing names, the built-in ones first (only those with ``builtin``)."""
+    return BUILTIN_ROUTINGS if builtin else tuple(_ROUTINGS)
+
+
+def routing_refusal(name: str, gradient: str = "full", bias: bool = False, leaky_routing: bool = False):
+    """Why a layer of routing ``name`` would refuse these options (one line), or None; read from the
+    factory's class attributes where it is a ``RoutingLayer`` subclass (any other factory says so
+    itself when called)."""
+    factory = _ROUTINGS.get(name)
+    if not (isinstance(factory, type) and issubclass(factory, RoutingLayer)) or factory is CapsuleLayer:
+        return None
+    refusal = gradient_mode_refusal(name, gradient, factory.modes())
+    if refusal:
+        return refusal
+    if bias and not factory.has_bias:
+        return f"routing {name!r} takes no capsule bias (--capsule-bias, --conventions official)"
+    if leaky_routing and not factory.has_leaky_routing:
+        return f"routing {name!r} takes no leaky routing (--leaky-routing)"
+    return None
+
+
+def routing_layer(name: str, in_caps, in_dim, out_caps, out_dim, **options):
+    """A routing layer of the registered routing ``name`` (options as ``register_routing`` lists them);
+    TypeError where its factory returns something that is not a ``RoutingLayer`` (``check_routing_layer``)."""
+    if name not in _ROUTINGS:
+        raise ValueError(f"routing must be one of {', '.join(_ROUTINGS)}, got {name!r} (register_routing adds one)")
+    return check_routing_layer(name, _ROUTINGS[name](in_caps, in_dim, out_caps, out_dim, routing=name, **options))
+
+
+# What a CapsNet uses of each routing layer: route() in its forward, weight and bias in its initialisations.
+ROUTING_LAYER_MEMBERS = ("route", "weight", "bias")
+
+
+def check_routing_layer(name: str, layer):
+    """``layer`` if it is what the factory of routing ``name`` must return (a ``RoutingLayer``);
+    else a TypeError naming the routing, what the factory returned and what that lacks."""
+    if isinstance(layer, RoutingLayer):
+        return layer
+    advice = "the factory must return a RoutingLayer: subclass RoutingLayer and write route_votes (docs/routing.md)"
+    if layer is None:
+        raise TypeError(f"routing {name!r}: its layer factory returned None, not a layer; {advice}")
+    lacks = [] if callable(getattr(layer, "route", None)) else ["route()"]
+    lacks += [member for member in ROUTING_LAYER_MEMBERS[1:] if not hasattr(layer, member)]
+    if not isinstance(layer, nn.Module):
+        lacks.append("Module parameters")
+    missing = f"it has no {', no '.join(lacks)}" if lacks else "it does not derive from RoutingLayer"
+    raise TypeError(f"routing {name!r}: its layer factory returned a {type(layer).__module__}."
+                    f"{type(layer).__qualname__}, not a RoutingLayer ({missing}); {advice}")
+
+
+for _name, _factory in (("dynamic", CapsuleLayer), ("uniform", CapsuleLayer), ("em", EMRoutingLayer),
+                        ("self-attention", SelfAttentionRoutingLayer), ("self-routing", SelfRoutingLayer)):
+    register_routing(_name, _factory)
