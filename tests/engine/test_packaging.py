@@ -39,11 +39,14 @@ def test_the_install_lists_every_sub_package():
 
 
 def test_the_quick_loops_list_of_slow_files_names_files_that_exist():
-    """tests/conftest.py's SLOW_FILES and SLOW_TESTS name files (and tests) that exist: a renamed file
-    would otherwise fall back into the quick loop unnoticed."""
+    """SLOW_FILES and SLOW_TESTS (tests/support/slow_tests.py) name files (and tests) that exist: a renamed
+    file would otherwise fall back into the quick loop unnoticed."""
     import re
 
-    from conftest import SLOW_FILES, SLOW_TESTS, TESTS
+    from paths import ROOT
+    from slow_tests import SLOW_FILES, SLOW_TESTS
+
+    TESTS = ROOT / "tests"
 
     for name in [*SLOW_FILES, *(key.split("::")[0] for key in SLOW_TESTS)]:
         assert (TESTS / name).is_file(), f"tests/conftest.py names {name}, which does not exist"

@@ -3,7 +3,7 @@ RawModule passes (and once more without the default device execution space), and
 no diagnostics; and the check itself rejects broken sources."""
 import pytest
 
-from tinygrad_caps.kernels import compile_check
+from tinygrad_caps.kernels.checking import compile_check
 from tinygrad_caps.kernels.launch import cuda_sources
 
 
