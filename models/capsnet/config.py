@@ -169,7 +169,24 @@ def _json_form(value):
     return value
 
 
-class ModelConfig:
+class MappingView:
+    """A config read as the mapping of its JSON form, ``to_dict()`` (``config["decoder"]``,
+    ``config.get(...)``, ``dict(config)``): what a config was before it became a dataclass."""
+
+    def keys(self):
+        return self.to_dict().keys()
+
+    def __getitem__(self, key):
+        return self.to_dict()[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self.to_dict()
+
+    def get(self, key, default=None):
+        return self.to_dict().get(key, default)
+
+
+class ModelConfig(MappingView):
     """What CapsNetConfig and BaselineCNNConfig share: checks, the dict form and the mapping view."""
 
     MODEL = ""  # the --model name
@@ -247,18 +264,6 @@ class ModelConfig:
                                      f"{', '.join(unknown)}")
         return dataclasses.replace(self, **changes)
 
-    # the mapping view: what model.config was before it became a dataclass
-    def keys(self):
-        return self.to_dict().keys()
-
-    def __getitem__(self, key):
-        return self.to_dict()[key]
-
-    def __contains__(self, key) -> bool:
-        return key in self.to_dict()
-
-    def get(self, key, default=None):
-        return self.to_dict().get(key, default)
 
 
 @dataclass(frozen=True)

@@ -6,19 +6,7 @@ from hypothesis.extra import numpy as hnp
 
 import tinygrad_caps.functional as F
 from helpers import arrays, check_both, on_grid, shapes
-
-
-@st.composite
-def axes_for(draw, ndim):
-    """None, one axis (possibly negative) or a tuple of distinct axes."""
-    if ndim == 0:
-        return None
-    kind = draw(st.sampled_from(["none", "one", "tuple"]))
-    if kind == "none":
-        return None
-    if kind == "one":
-        return draw(st.integers(-ndim, ndim - 1))
-    return tuple(draw(st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True)))
+from op_table import axes_for
 
 
 @pytest.mark.parametrize("name", ["sum", "mean"])

@@ -2,11 +2,12 @@
 
 Each field is one ``train`` option with its default, its allowed values, a line of help and what
 ``--resume`` does with it (in the field's metadata, as ``CapsNetConfig``'s fields carry theirs).
-The ``train`` parser and ``study run``'s shared options (``add_training_options``), the rules of
+The ``train`` parser and ``study run``'s shared options (``cli.training_options``), the rules of
 ``--resume`` (``MAY_CHANGE_ON_RESUME``, ``LAUNCH_OPTIONS``), the options a study's configuration
-may set (``STUDY_OPTIONS``), the CapsNet-only options, the checks of a run's ``config.json`` and of
-the presets, and the options table of docs/training.md (``options_table_markdown``) are derived
-from this class: a new training option is one new field here, and its use in the Trainer.
+may set (``STUDY_OPTIONS``), the CapsNet-only options, the checks of a run's ``config.json`` (the
+Trainer reads a TrainingConfig) and of the presets, and the options table of docs/training.md
+(``cli.training_options.options_table_markdown``) are derived from this class: a new training
+option is one new field here, and its use in the Trainer.
 
 A run's ``config.json`` is flat: these options, the model's (``CapsNetConfig`` or
 ``BaselineCNNConfig``, as ``model`` says), the dataset's geometry and the version that wrote it.
@@ -26,7 +27,7 @@ import numpy as np
 from tinygrad_caps.cuda_graphs import MODES as CUDA_GRAPH_MODES
 from tinygrad_caps.kernels.gemm import PRECISIONS
 
-from ...capsnet.config import MODEL_CONFIGS, OptionError, UnknownOptionError
+from ...capsnet.config import MODEL_CONFIGS, MappingView, OptionError, UnknownOptionError
 from ...capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
 
 MAX_LOSS_WEIGHT = 1000.0
@@ -105,7 +106,7 @@ def checked(field: dataclasses.Field, value):
 
 
 @dataclass(frozen=True)
-class TrainingConfig:
+class TrainingConfig(MappingView):
     """One training run's options (the ``train`` command's), and ``network``: the model options and
     geometry the run records (keys of ``CapsNetConfig`` or ``BaselineCNNConfig``, as ``model`` says).
 
@@ -246,19 +247,6 @@ class TrainingConfig:
             raise UnknownOptionError(f"TrainingConfig: unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}")
         return dataclasses.replace(self, **changes)
 
-
-    # the mapping view of config.json's form (what a run's config was before it became a dataclass)
-    def keys(self):
-        return self.to_dict().keys()
-
-    def __getitem__(self, key):
-        return self.to_dict()[key]
-
-    def __contains__(self, key) -> bool:
-        return key in self.to_dict()
-
-    def get(self, key, default=None):
-        return self.to_dict().get(key, default)
 
 
 def _json(value):
