@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ...analysis.routing_statistics import layer_statistics, network_scores
-from .run_state import write_text_atomically
+from .run_state import keep_covered_lines
 
 
 class GradflowLog:
@@ -54,27 +54,16 @@ class GradflowLog:
 
 def keep_gradflow_through_step(path, step: int) -> int:
     """Keep the lines of a gradflow log that a checkpoint at global step ``step`` covers; returns how
-    many were dropped.
+    many were dropped: the rule of ``run_state.keep_covered_lines`` (a line is covered when its step
+    is at most ``step``; one that is not a complete record, cut short by a kill when last)."""
+    if not Path(path).exists():
+        return 0
 
-    The same crash-consistency rule as ``metrics.jsonl`` (see ``run_state``): on resume, the lines of
-    steps beyond the checkpoint (they are trained and logged again) and a last line cut short by a
-    kill (no newline, or not JSON) are dropped, and the file is rewritten atomically.
-    """
-    path = Path(path)
-    if not path.exists():
-        return 0
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)
-    kept = []
-    for number, line in enumerate(lines, 1):
+    def covers(number, line):
         logged = _logged_step(line)
-        if logged is None and number < len(lines):
-            kept.append(line)  # damage a kill cannot cause is left for ``plot`` to report, not hidden
-        elif logged is not None and logged <= step:
-            kept.append(line if line.endswith("\n") else line + "\n")
-    if kept == lines:
-        return 0
-    write_text_atomically(path, "".join(kept))
-    return len(lines) - len(kept)
+        return None if logged is None else logged <= step
+
+    return keep_covered_lines(path, covers)
 
 
 def _logged_step(line: str):

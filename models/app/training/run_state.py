@@ -141,18 +141,38 @@ def write_text_atomically(path: Path, text: str) -> None:
     write_atomically(path, lambda f: f.write(text), text=True, usual_permissions=True)
 
 
+def keep_covered_lines(path: Path, covers) -> int:
+    """The one truncation rule of a run's line logs on resume: keep the lines the checkpoint covers,
+    drop those beyond it (they are trained and logged again) and a last line cut short by a kill,
+    and rewrite the file atomically; returns how many lines were dropped.
+
+    ``covers(number, line)`` (1-based) says True (covered), False (beyond the checkpoint) or None
+    (not a complete record: dropped when it is the last line, kept otherwise, since a kill cannot
+    cause it and the file's readers report it). A kept line missing its newline gets one.
+    """
+    path = Path(path)
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)
+    kept = []
+    for number, line in enumerate(lines, 1):
+        covered = covers(number, line)
+        if covered is None and number < len(lines):
+            kept.append(line)
+        elif covered:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if kept == lines:
+        return 0
+    write_text_atomically(path, "".join(kept))
+    return len(lines) - len(kept)
+
+
 def keep_metrics_through_epoch(path: Path, epochs: int) -> int:
-    """Keep the first ``epochs`` lines of the metrics file (those the checkpoint covers); returns how many were dropped."""
+    """Keep the first ``epochs`` lines of the metrics file (those the checkpoint covers); returns how
+    many were dropped (``keep_covered_lines``; a missing file is created empty)."""
     path = Path(path)
     if not path.exists():
         write_text_atomically(path, "")
         return 0
-    lines = [line for line in path.read_text().splitlines(keepends=True)]
-    if len(lines) <= epochs and all(line.endswith("\n") for line in lines):
-        return 0
-    kept = [line if line.endswith("\n") else line + "\n" for line in lines[:epochs]]
-    write_text_atomically(path, "".join(kept))
-    return len(lines) - len(kept)
+    return keep_covered_lines(path, lambda number, line: number <= epochs)
 
 
 def remove_stale_temporaries(folder: Path) -> list:
