@@ -4,3 +4,18 @@ logs (``run_state``, ``run_logs``), TensorBoard and gradflow logs, progress bars
 distributed training (``distributed``), presets, resource checks, the resume rules
 (``run_options``), output paths and option checks, and how a user error is told from a bug
 (``reporting``)."""
+from .config import TrainingConfig
+from .run_folder import RunFolder
+
+_LOOP = {"Trainer", "train", "evaluate"}  # from .trainer, imported on first use (it loads the data code)
+
+
+def __getattr__(name):
+    if name in _LOOP:
+        from . import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["RunFolder", "Trainer", "TrainingConfig", "evaluate", "train"]

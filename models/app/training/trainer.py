@@ -124,7 +124,8 @@ def evaluate(model, images, labels, batch_size, num_classes, reconstruction_weig
 class Trainer:
     """One training run: the data, the model, the optimizer and schedule, and the run folder.
 
-    ``config``: a TrainingConfig, or its dict form (config.json's). ``cuda_graph`` ("auto", "on",
+    ``config``: a TrainingConfig, or its dict form (config.json's); ``out_dir``: the run folder, a
+    path or a RunFolder (all a run needs, in any process, is those two). ``cuda_graph`` ("auto", "on",
     "off"; default ``config.cuda_graph``): on a GPU
     the training step is captured as a CUDA graph after two eager warm-up batches and replayed for
     every full batch (``tinygrad_caps.cuda_graphs``); "auto" says in one line why not where it
@@ -140,8 +141,8 @@ class Trainer:
     def __init__(self, config: dict, out_dir, resume: bool = False, show_progress: bool = True, log=print,
                  cuda_graph: str | None = None):
         config = training_config(config, **({} if cuda_graph is None else {"cuda_graph": cuda_graph}))
-        self.out_dir, self.show_progress, self.log = Path(out_dir), show_progress, log
-        self.folder = RunFolder(self.out_dir)
+        self.folder = out_dir if isinstance(out_dir, RunFolder) else RunFolder(out_dir)
+        self.out_dir, self.show_progress, self.log = self.folder.path, show_progress, log
         self.last_path = self.folder.last
         self.signals, self.folder_ready, self.stdout_closed = StopSignals(), False, False
         device = device_or_usage_error(config.device)
