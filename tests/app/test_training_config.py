@@ -112,3 +112,14 @@ def test_a_training_config_and_a_run_folder_are_all_a_run_needs(tmp_path):
     assert stored.replace(network={}) == config.replace(image_size=10, augment="shift", network={})
     assert stored.network["conv1_channels"] == 3 and stored.network["num_classes"] == 3
     assert [line["epoch"] for line in metrics_without_times(folder.path)] == [1] and folder.last.is_file()
+
+
+def test_building_the_parser_imports_no_training_loop():
+    """Each command's module owns its options, and imports the training loop only when it runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tinygrad_caps.models.app.cli import COMMANDS, make_parser; make_parser(); "
+            "print(len(COMMANDS), 'tinygrad_caps.models.app.training.trainer' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == \
+        ["7", "False"]

@@ -14,7 +14,6 @@ from ..training.checkpoints import checkpoint_dataset_spec, load_checkpoint_mode
 from ..training.output_paths import check_picture_path, picture_help
 from ..training.run_folder import RunFolder
 from ..training.progress import bars_wanted, progress_shown
-from ..training.trainer import evaluate, limited
 from .model_options import add_model_options, positive_int
 
 DEFAULT_NAME = object()  # evaluate --reconstructions without a file name: RUN/evaluate-reconstructions.png
@@ -41,6 +40,8 @@ def add_arguments(parser) -> None:
 
 def run(args):
     """``evaluate``: accuracy, per-class accuracy and confusion matrix of a checkpoint; returns the exit status."""
+    from ..training.trainer import evaluate, limited  # the training code only when the command runs
+
     out = None
     if args.reconstructions is not None:
         name = RunFolder.of_checkpoint(args.checkpoint) / "evaluate-reconstructions.png" if args.reconstructions is DEFAULT_NAME \

@@ -17,7 +17,6 @@ from ..training.checkpoints import checkpoint_dataset_spec, load_checkpoint_mode
 from ..training.output_paths import check_picture_path, picture_help, run_name
 from ..training.run_folder import RunFolder
 from ..training.progress import bars_wanted, progress_shown
-from ..training.trainer import limited
 
 from .model_options import positive_int
 
@@ -78,6 +77,8 @@ def visualize(checkpoint, what: str, out, dataset=None, data_dir=None, count=Non
         spec.check_model(other_config["in_channels"], other_config["image_size"], other_config["num_classes"],
                          f"--compare checkpoint {compare}")
         models[model_label(compare, other_config, taken=models)] = other
+    from ..training.trainer import limited  # the training code only when a command runs
+
     images, labels = limited(*spec.load("test", data_dir), count)
     x = spec.preprocess(images)
     classes = list(spec.classes)
