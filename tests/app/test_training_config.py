@@ -123,3 +123,15 @@ def test_building_the_parser_imports_no_training_loop():
             "print(len(COMMANDS), 'tinygrad_caps.models.app.training.trainer' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == \
         ["7", "False"]
+
+
+def test_a_checkpoints_training_options_are_checked_by_their_fields():
+    import tinygrad_caps as tc
+    from tinygrad_caps.models.app.training.checkpoint_schema import validate_config
+
+    geometry = dict(in_channels=1, image_size=28, num_classes=10)
+    validate_config(dict(geometry, epochs=3, lr=0.01, augment=None, device="cpu"), "ckpt")
+    with pytest.raises(tc.CheckpointError, match=r"config.lr must lie in \(0, 1\], got 5"):
+        validate_config(dict(geometry, lr=5.0), "ckpt")
+    with pytest.raises(tc.CheckpointError, match="config.batch_size must be a positive integer"):
+        validate_config(dict(geometry, batch_size=0), "ckpt")

@@ -24,7 +24,7 @@ import numpy as np
 from tinygrad_caps.errors import CheckpointError
 
 from ...capsnet.config import MODEL_CONFIGS, OptionError
-from .config import GEOMETRY_KEYS
+from .config import GEOMETRY_KEYS, TrainingConfig, checked
 
 ADAM_HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "amsgrad")
 SCHEDULER_KEYS = ("base_lr", "last_epoch", "gamma")
@@ -111,7 +111,8 @@ def validate_model_state(state, path, where="model") -> list:
 def validate_config(config, path, where="config") -> dict:
     """Check the image geometry and model options a model is rebuilt from: those of the model that
     ``config["model"]`` names, each as its CapsNetConfig or BaselineCNNConfig field allows (an option
-    set to null takes its default, except a number's)."""
+    set to null takes its default, except a number's), and the training options it records, each as
+    its TrainingConfig field allows."""
     check = _Checker(path)
     check.dict(config, where, required=GEOMETRY_KEYS)
     for key in GEOMETRY_KEYS:
@@ -127,6 +128,12 @@ def validate_config(config, path, where="config") -> dict:
             config_class.check_option(key, config[key])
         except OptionError as exc:
             check.fail(f"{where}.{key}", exc.reason)
+    for field in TrainingConfig.option_fields():  # the training options it records, as their fields allow
+        if field.name in config and not (field.name == "augment" and config[field.name] is None):
+            try:
+                checked(field, config[field.name])
+            except ValueError as exc:
+                check.fail(f"{where}.{field.name}", str(exc))
     return config
 
 
