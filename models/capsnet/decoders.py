@@ -10,11 +10,19 @@ from tinygrad_caps import nn
 class FCDecoder(nn.Module):
     """The paper's decoder: (B, num_caps*dim) -> 512 -> 1024 -> C*H*W, ReLU, ReLU, sigmoid."""
 
-    def __init__(self, in_features: int, out_pixels: int, hidden=(512, 1024)):
+    HIDDEN = (512, 1024)
+
+    def __init__(self, in_features: int, out_pixels: int, hidden=HIDDEN):
         super().__init__()
         self.fc1 = nn.Linear(in_features, hidden[0])
         self.fc2 = nn.Linear(hidden[0], hidden[1])
         self.fc3 = nn.Linear(hidden[1], out_pixels)
+
+    @classmethod
+    def parameter_count(cls, in_features: int, out_pixels: int, hidden=HIDDEN) -> int:
+        """The number of parameters of ``FCDecoder(in_features, out_pixels, hidden)``."""
+        sizes = (in_features, *hidden, out_pixels)
+        return sum(nn.Linear.parameter_count(a, b) for a, b in zip(sizes, sizes[1:]))
 
     def forward(self, x):
         return F.sigmoid(self.fc3(F.relu(self.fc2(F.relu(self.fc1(x))))))
@@ -26,16 +34,29 @@ class DeconvDecoder(nn.Module):
     parameters than the FC decoder at 28x28; ``batch_norm`` adds BatchNorm2d after each upsampling.
     """
 
+    MAP, UP = 16, (64, 32)  # channels of the first map and of the two upsampled ones
+
     def __init__(self, in_features: int, channels: int, image_size: int, batch_norm: bool = False):
         super().__init__()
         self.channels, self.image_size = channels, image_size
         self.base = math.ceil(image_size / 4)
-        self.fc = nn.Linear(in_features, 16 * self.base * self.base)
-        self.deconv1 = nn.ConvTranspose2d(16, 64, 4, stride=2, padding=1)
-        self.deconv2 = nn.ConvTranspose2d(64, 32, 4, stride=2, padding=1)
-        self.conv = nn.Conv2d(32, channels, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(64) if batch_norm else None
-        self.bn2 = nn.BatchNorm2d(32) if batch_norm else None
+        self.fc = nn.Linear(in_features, self.MAP * self.base * self.base)
+        self.deconv1 = nn.ConvTranspose2d(self.MAP, self.UP[0], 4, stride=2, padding=1)
+        self.deconv2 = nn.ConvTranspose2d(self.UP[0], self.UP[1], 4, stride=2, padding=1)
+        self.conv = nn.Conv2d(self.UP[1], channels, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(self.UP[0]) if batch_norm else None
+        self.bn2 = nn.BatchNorm2d(self.UP[1]) if batch_norm else None
+
+    @classmethod
+    def parameter_count(cls, in_features: int, channels: int, image_size: int, batch_norm: bool = False) -> int:
+        """The number of parameters of ``DeconvDecoder(in_features, channels, image_size, batch_norm)``."""
+        base = math.ceil(image_size / 4)
+        return (nn.Linear.parameter_count(in_features, cls.MAP * base * base)
+                + nn.ConvTranspose2d.parameter_count(cls.MAP, cls.UP[0], 4)
+                + nn.ConvTranspose2d.parameter_count(cls.UP[0], cls.UP[1], 4)
+                + nn.Conv2d.parameter_count(cls.UP[1], channels, 3)
+                + (nn.BatchNorm2d.parameter_count(cls.UP[0]) + nn.BatchNorm2d.parameter_count(cls.UP[1])
+                   if batch_norm else 0))
 
     def forward(self, x):
         h = F.relu(self.fc(x))
@@ -49,6 +70,16 @@ class DeconvDecoder(nn.Module):
 
 
 DECODERS = ("fc", "deconv", "deconv-bn")
+
+
+def decoder_parameter_count(kind: str, in_features: int, channels: int, image_size: int) -> int:
+    """The number of parameters of ``make_decoder(kind, in_features, channels, image_size)``, from its
+    layers' own counts (nothing is allocated)."""
+    if kind == "fc":
+        return FCDecoder.parameter_count(in_features, channels * image_size * image_size)
+    if kind in ("deconv", "deconv-bn"):
+        return DeconvDecoder.parameter_count(in_features, channels, image_size, batch_norm=kind == "deconv-bn")
+    raise ValueError(f"unknown decoder {kind!r}; choose one of {DECODERS}")
 
 
 def make_decoder(kind: str, in_features: int, channels: int, image_size: int) -> nn.Module:

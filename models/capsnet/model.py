@@ -11,10 +11,11 @@ from tinygrad_caps import functional as F
 from tinygrad_caps import nn
 
 from .config import CapsNetConfig, keyword_signature
-from .decoders import make_decoder
+from .decoders import decoder_parameter_count, make_decoder
 from .image_batch import image_batch
 from .initialization import CAPSULE_INITS
-from .routing import LENGTH_EPS, CapsuleLayer, DigitCaps, EMRoutingLayer, capsule_lengths, routing_layer
+from .routing import (LENGTH_EPS, CapsuleLayer, DigitCaps, EMRoutingLayer, capsule_lengths, routing_layer,
+                      routing_parameter_count)
 from .squash import squash_function
 
 __all__ = ["LENGTH_EPS", "CapsNet", "CapsNetOutput", "CapsuleLayer", "DigitCaps", "PrimaryCaps", "feature_map_sizes"]
@@ -73,6 +74,11 @@ class PrimaryCaps(nn.Module):
     the convolution before its bias (the official code's one-iteration routing, see CapsNet).
     ``squash`` is the nonlinearity (a function over the last axis; default Sabour et al.'s).
     """
+
+    @staticmethod
+    def parameter_count(in_channels, types, dim, kernel_size) -> int:
+        """The number of parameters of ``PrimaryCaps(in_channels, types, dim, kernel_size)``: its convolution's."""
+        return nn.Conv2d.parameter_count(in_channels, types * dim, kernel_size)
 
     def __init__(self, in_channels, types, dim, kernel_size, stride=2, coupling=1.0, squash=None):
         super().__init__()
@@ -194,6 +200,25 @@ class CapsNet(nn.Module):
             else:
                 std = 5e-2 if name == "conv1.weight" else 0.1
                 nn.init.trunc_normal_(p, 0.0, std, -2 * std, 2 * std)
+
+    @classmethod
+    def parameter_count(cls, config=None, **overrides) -> int:
+        """The number of parameters of ``CapsNet(config, **overrides)``, summed from its layers' own
+        counts without building it (so a model too large for the machine can be sized first).
+        ValueError where the image is too small for the two convolutions."""
+        c = CapsNetConfig.resolved(config, **overrides)
+        conv1_size, primary_size = feature_map_sizes(c.image_size, c.kernel_size)
+        if conv1_size < 1 or primary_size < 1:
+            raise ValueError(f"CapsNet: image_size {c.image_size} is too small for two {c.kernel_size}x"
+                             f"{c.kernel_size} convolutions")
+        bias = c.capsule_bias or c.conventions == "official"
+        count = (nn.Conv2d.parameter_count(c.in_channels, c.conv1_channels, c.kernel_size)
+                 + PrimaryCaps.parameter_count(c.conv1_channels, c.primary_types, c.primary_dim, c.kernel_size))
+        layers = [(c.primary_types * primary_size * primary_size, c.primary_dim), *c.hidden_capsules,
+                  (c.num_classes, c.digit_dim)]
+        for (in_caps, in_dim), (out_caps, out_dim) in zip(layers, layers[1:]):
+            count += routing_parameter_count(c.routing, in_caps, in_dim, out_caps, out_dim, bias)
+        return count + decoder_parameter_count(c.decoder, c.num_classes * c.digit_dim, c.in_channels, c.image_size)
 
     def routing_layers(self) -> list:
         """(name, layer) for every routing layer, bottom to top: ("hidden.0", ...), ..., ("digit", ...)."""

@@ -202,3 +202,16 @@ def test_every_routing_layer_returns_its_trace_bottom_to_top(routing):
     np.testing.assert_array_equal(traces[-1].outputs[-1].numpy(), v.numpy())
     assert len(couplings) == expected_iterations and couplings[-1] is traces[-1].coupling[-1]
     np.testing.assert_array_equal(tr.numpy(), recon.numpy())
+
+
+@pytest.mark.parametrize("options", [{}, {"decoder": "deconv"}, {"decoder": "deconv-bn"}, {"capsule_bias": True},
+                                     {"conventions": "official"}, {"hidden_capsules": [(4, 3), (2, 5)]},
+                                     {"routing": "uniform", "capsule_bias": True}, {"routing": "em"},
+                                     {"routing": "self-attention"}, {"routing": "self-routing", "hidden_capsules": [(4, 3)]}])
+def test_the_parameter_count_comes_from_the_layers_and_equals_the_built_models(options):
+    from tinygrad_caps.models.app.training.resources import capsnet_parameter_count
+
+    config = dict(conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=3, kernel_size=3, in_channels=1,
+                  image_size=12, num_classes=3, **options)
+    built = sum(p.data.size for p in CapsNet(**config).parameters())
+    assert CapsNet.parameter_count(**config) == built == capsnet_parameter_count(config)

@@ -26,6 +26,11 @@ class Linear(Module):
         self.weight = _uniform_parameter((out_features, in_features), bound)
         self.bias = _uniform_parameter((out_features,), bound) if bias else None
 
+    @staticmethod
+    def parameter_count(in_features: int, out_features: int, bias: bool = True) -> int:
+        """The number of values of the weight and bias ``Linear(in_features, out_features, bias)`` makes."""
+        return out_features * in_features + (out_features if bias else 0)
+
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
 
@@ -44,6 +49,12 @@ class Conv2d(Module):
         bound = 1.0 / math.sqrt(in_channels * kh * kw)
         self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), bound)
         self.bias = _uniform_parameter((out_channels,), bound) if bias else None
+
+    @staticmethod
+    def parameter_count(in_channels: int, out_channels: int, kernel_size, bias: bool = True) -> int:
+        """The number of values of the weight and bias this layer makes (a transposed one: the same)."""
+        kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+        return out_channels * in_channels * kh * kw + (out_channels if bias else 0)
 
     def forward(self, x):
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -65,6 +76,8 @@ class ConvTranspose2d(Module):
         self.weight = _uniform_parameter((in_channels, out_channels, kh, kw), bound)
         self.bias = _uniform_parameter((out_channels,), bound) if bias else None
 
+    parameter_count = Conv2d.parameter_count
+
     def forward(self, x):
         return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding)
 
@@ -75,6 +88,12 @@ class ConvTranspose2d(Module):
 
 class _BatchNorm(Module):
     expected_ndim: tuple = ()
+
+    @staticmethod
+    def parameter_count(num_features: int, affine: bool = True) -> int:
+        """The number of values of the weight and bias (affine) this layer makes; its running statistics
+        are buffers, not parameters."""
+        return 2 * num_features if affine else 0
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  track_running_stats: bool = True):

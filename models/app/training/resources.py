@@ -1,13 +1,12 @@
 """Size checks made before allocating: will a CapsNet (and one training batch) fit in memory?
 
-The estimate counts the parameters of conv1, PrimaryCaps, DigitCaps and the decoder, with their
-gradients and Adam's two moments, plus the largest activations of one batch (the im2col columns of
+The estimate counts the parameters of every layer (their own counts, ``CapsNet.parameter_count``),
+with their gradients and Adam's two moments, plus the largest activations of one batch (the im2col columns of
 both convolutions and the routing predictions u_hat). It is a lower bound, good enough to refuse a
 model that cannot fit (``--conv1-channels 1000000000``) before NumPy tries to allocate it.
 """
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -15,7 +14,8 @@ import numpy as np
 from tinygrad_caps.data.idx import meminfo_available_bytes
 
 from ...capsnet.config import CapsNetConfig
-from ...capsnet.model import feature_map_sizes
+from ...capsnet.model import CapsNet, feature_map_sizes
+from .config import GEOMETRY_KEYS
 from ...errors import UsageError
 
 GIB = 1024 ** 3
@@ -42,25 +42,10 @@ def capsnet_geometry(config: dict) -> dict:
 
 
 def capsnet_parameter_count(config: dict) -> int:
-    """The number of parameters of CapsNet(**config) (the paper's layers and decoders)."""
+    """The number of parameters of CapsNet(**config), from the model's layers (``CapsNet.parameter_count``)."""
+    capsnet_geometry(config)  # the image must hold both convolutions: a UsageError saying so
     config = _with_defaults(config)
-    geometry = capsnet_geometry(config)
-    c, s, k = config["in_channels"], config["image_size"], config["kernel_size"]
-    c1, types, pdim = config["conv1_channels"], config["primary_types"], config["primary_dim"]
-    classes, ddim = config["num_classes"], config["digit_dim"]
-    count = c1 * c * k * k + c1 + types * pdim * c1 * k * k + types * pdim
-    in_caps, in_dim = geometry["num_primary"], pdim
-    for caps, dim in config.get("hidden_capsules") or ():
-        count += in_caps * caps * dim * in_dim
-        in_caps, in_dim = caps, dim
-    count += in_caps * classes * ddim * in_dim
-    features, pixels = classes * ddim, c * s * s
-    if config.get("decoder", "fc") == "fc":
-        count += features * 512 + 512 + 512 * 1024 + 1024 + 1024 * pixels + pixels
-    else:
-        base = math.ceil(s / 4)
-        count += (features + 1) * 16 * base * base + 16 * 64 * 16 + 64 + 64 * 32 * 16 + 32 + 32 * c * 9 + c
-    return count
+    return CapsNet.parameter_count({k: config[k] for k in CapsNetConfig.option_keys() + GEOMETRY_KEYS})
 
 
 def training_bytes(config: dict, batch_size: int, dtype="float32", training: bool = True) -> int:

@@ -27,7 +27,7 @@ from .common import DEFAULT_EPS, GRADIENT_MODES, weighted_sum
 from .dynamic import ROUTING_KINDS, CapsuleLayer, DigitCaps, dynamic_routing, routing_coupling
 from .em import EMRoutingLayer, em_log_likelihood, em_m_step, em_routing, inverse_temperatures, log_sigmoid
 from .registry import (BUILTIN_ROUTINGS, ROUTING_LAYER_MEMBERS, check_routing_layer, register_routing, routing_layer,
-                       routing_names, routing_refusal, unregister_routing)
+                       routing_names, routing_parameter_count, routing_refusal, unregister_routing)
 from .self_attention import SelfAttentionRoutingLayer, self_attention_routing
 from .self_routing import SelfRoutingLayer, self_routing
 from .uniform import uniform_routing
@@ -36,5 +36,5 @@ __all__ = ["BUILTIN_ROUTINGS", "CapsuleLayer", "DEFAULT_EPS", "DigitCaps", "EMRo
            "LENGTH_EPS", "ROUTING_KINDS", "ROUTING_LAYER_MEMBERS", "Routed", "RoutingLayer", "SelfAttentionRoutingLayer",
            "SelfRoutingLayer", "capsule_lengths", "check_routing_layer", "dynamic_routing", "em_log_likelihood",
            "em_m_step", "em_routing", "gradient_mode_refusal", "inverse_temperatures", "log_sigmoid", "register_routing",
-           "routing_coupling", "routing_layer", "routing_names", "routing_refusal", "self_attention_routing",
+           "routing_coupling", "routing_layer", "routing_names", "routing_parameter_count", "routing_refusal", "self_attention_routing",
            "self_routing", "uniform_routing", "unregister_routing", "weighted_sum"]

@@ -85,6 +85,18 @@ class RoutingLayer(nn.Module):
         self.bias = _parameter((out_caps, out_dim), dtype) if bias else None
 
     @classmethod
+    def parameter_count(cls, in_caps, in_dim, out_caps, out_dim, bias=False) -> int:
+        """The number of parameters of a layer of this class: the weight (I, J, D, K), the bias (J, D)
+        where asked, and ``extra_parameter_count``."""
+        return (in_caps * out_caps * out_dim * in_dim + (out_caps * out_dim if bias else 0)
+                + cls.extra_parameter_count(in_caps, in_dim, out_caps, out_dim))
+
+    @classmethod
+    def extra_parameter_count(cls, in_caps, in_dim, out_caps, out_dim) -> int:
+        """The parameters a subclass adds to the weight and bias (none here)."""
+        return 0
+
+    @classmethod
     def modes(cls) -> tuple:
         """The gradient modes a layer of this class takes: ``gradient_modes``, except that a routing
         that is not iterative takes only "full" unless the class says otherwise."""

@@ -141,6 +141,10 @@ class EMRoutingLayer(RoutingLayer):
         dtype = tc.get_default_dtype()
         self.beta_u, self.beta_a = _parameter((out_caps,), dtype), _parameter((out_caps,), dtype)
 
+    @classmethod
+    def extra_parameter_count(cls, in_caps, in_dim, out_caps, out_dim) -> int:
+        return 2 * out_caps  # beta_u, beta_a
+
     def route_votes(self, u_hat, u, activations, trace):
         return Routed(*em_routing(u_hat, self.input_activations(u, activations), self.beta_u, self.beta_a,
                                   self.iterations, self.inverse_temperature, self.gradient, trace=trace))

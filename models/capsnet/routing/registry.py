@@ -79,6 +79,14 @@ def routing_refusal(name: str, gradient: str = "full", bias: bool = False, leaky
     return None
 
 
+def routing_parameter_count(name: str, in_caps, in_dim, out_caps, out_dim, bias=False) -> int:
+    """The number of parameters of a layer of routing ``name``: its class's own count where the
+    factory is a ``RoutingLayer`` subclass, else the weight and bias every routing layer has."""
+    factory = _ROUTINGS.get(name)
+    layer_class = factory if isinstance(factory, type) and issubclass(factory, RoutingLayer) else RoutingLayer
+    return layer_class.parameter_count(in_caps, in_dim, out_caps, out_dim, bias)
+
+
 def routing_layer(name: str, in_caps, in_dim, out_caps, out_dim, **options):
     """A routing layer of the registered routing ``name`` (options as ``register_routing`` lists them);
     TypeError where its factory returns something that is not a ``RoutingLayer`` (``check_routing_layer``)."""

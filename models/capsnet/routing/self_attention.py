@@ -62,6 +62,10 @@ class SelfAttentionRoutingLayer(RoutingLayer):
         super().__init__(in_caps, in_dim, out_caps, out_dim, **options)
         self.attention_bias = _parameter((in_caps, out_caps), tc.get_default_dtype())
 
+    @classmethod
+    def extra_parameter_count(cls, in_caps, in_dim, out_caps, out_dim) -> int:
+        return in_caps * out_caps  # attention_bias
+
     def route_votes(self, u_hat, u, activations, trace):
         routed = self_attention_routing(u_hat, self.attention_bias, self.squash, trace=trace)
         return Routed(routed[0], None, routed[1]) if trace else Routed(routed)

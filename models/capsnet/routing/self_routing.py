@@ -65,6 +65,10 @@ class SelfRoutingLayer(RoutingLayer):
         self.route_weight = _parameter((in_caps, out_caps, in_dim), dtype)
         self.route_bias = _parameter((in_caps, out_caps), dtype)
 
+    @classmethod
+    def extra_parameter_count(cls, in_caps, in_dim, out_caps, out_dim) -> int:
+        return in_caps * out_caps * in_dim + in_caps * out_caps  # route_weight, route_bias
+
     def route_votes(self, u_hat, u, activations, trace):
         return Routed(*self_routing(u_hat, u, self.input_activations(u, activations), self.route_weight,
                                     self.route_bias, trace=trace))
