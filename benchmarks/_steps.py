@@ -1,10 +1,9 @@
 """The CapsNet training step the benchmarks time and measure (train_step.py, memory.py, scaling.py):
-forward, capsule loss, zero_grad, backward, Adam, written once here, ours and PyTorch's.
+ours is the package's (``models/app/training/step.py``, which the CUDA-graph tests use too), PyTorch's
+is written here.
 
 Only NumPy and tinygrad_caps load with this module; CapsNet, the loss and PyTorch load when a step
 is built, so that memory.py's PyTorch child (which draws its batch here) carries none of ours.
-The tests' captured-training helper (tests/support/capsnet_steps.py) is the test-side twin of
-``training_step``: tests do not import the benchmarks.
 """
 from __future__ import annotations
 
@@ -30,25 +29,11 @@ def seeded_capsnet(device=None):
 
 
 def training_step(model, images, labels, forward=None, lr: float = 1e-3, capturable: bool = False):
-    """(optimizer, step): a new Adam over ``model``'s parameters and ``step()``, one training step on
-    ``images`` (a Tensor) and ``labels`` (an array), returning the loss Tensor. ``forward`` runs the
-    model (default ``model``; a DistributedDataParallel wrapping it, say); ``capturable``: an
-    optimizer whose step a CUDA graph can capture. The step reads ``images`` and ``labels`` anew
-    each call, so writing into them changes the batch (what a captured step relies on)."""
-    from tinygrad_caps.models import capsule_loss
+    """(optimizer, step): the package's one CapsNet training step (``capsnet_training_step``), for
+    ``images`` (a Tensor) and ``labels`` (an array); see it for ``forward`` and ``capturable``."""
+    from tinygrad_caps.models.app.training.step import capsnet_training_step
 
-    optimizer = tc.optim.Adam(model.parameters(), lr=lr, capturable=capturable)
-    forward = model if forward is None else forward
-
-    def step():
-        _, lengths, reconstruction = forward(images, labels)[:3]
-        loss = capsule_loss(lengths, reconstruction, images, labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return optimizer, step
+    return capsnet_training_step(model, images, labels, forward, lr, capturable)
 
 
 def torch_training_step(model, images, labels, lr: float = 1e-3):

@@ -1,14 +1,14 @@
 """A CapsNet trained step by step on the GPU, eagerly or captured as a CUDA graph, each step's loss
 kept on the device: what the capture tests compare (on the stand-in and on a real GPU).
 
-The test-side twin of the benchmarks' step (benchmarks/_steps.py ``training_step``: the same
-forward, capsule loss, zero_grad, backward and Adam); tests do not import the benchmarks. This one
-also writes each step's loss into a device array, which a replay of the captured graph must do too."""
+The step is the package's (``capsnet_training_step``, which the benchmarks time too); this one also
+writes each step's loss into a device array, which a replay of the captured graph must do too."""
 import numpy as np
 
 import tinygrad_caps as tc
 from tinygrad_caps.cuda_graphs import CapturedStep
-from tinygrad_caps.models import CapsNet, capsule_loss
+from tinygrad_caps.models import CapsNet
+from tinygrad_caps.models.app.training.step import capsnet_training_step
 
 
 def capsnet_training(batches, steps, captured, capturable=True, lr=1e-3, lr_change=None, **model_options):
@@ -20,20 +20,15 @@ def capsnet_training(batches, steps, captured, capturable=True, lr=1e-3, lr_chan
 
     tc.manual_seed(0)
     model = CapsNet(**model_options).to(device="cuda")
-    optimizer = tc.optim.Adam(model.parameters(), lr=lr, capturable=capturable)
     images, labels = batches[0]
     x = tc.zeros(images.shape, device="cuda")
     y = tc.zeros(labels.shape, dtype=np.int64, device="cuda")
+    optimizer, train_step = capsnet_training_step(model, x, y.data, lr=lr, capturable=capturable)
     losses = cupy.zeros(steps, dtype=cupy.float64)
     index = cupy.zeros(1, dtype=cupy.int64)
 
     def step():
-        _, lengths, reconstruction = model(x, y.data)[:3]
-        loss = capsule_loss(lengths, reconstruction, x, y.data)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses[index] = loss.data  # recorded on the device: a replay writes its own loss
+        losses[index] = train_step().data  # recorded on the device: a replay writes its own loss
         index[...] += 1
 
     runner = CapturedStep(step, [x, y], warmup=2) if captured else None
