@@ -3,11 +3,11 @@ dropout and batch_norm."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
-from hypothesis.extra import numpy as hnp
 
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
 from helpers import arrays, away_from_zero, check_both, floats, on_grid, shapes
+from op_table import matmul_shapes
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "squash"])
@@ -36,16 +36,6 @@ def test_squash_has_a_finite_gradient_at_zero():
     F.squash(s).sum().backward()
     assert np.isfinite(s.grad.numpy()).all()
     np.testing.assert_allclose(F.squash(tc.tensor(np.array([3.0, 4.0]))).numpy(), np.array([3.0, 4.0]) / 5 * 25 / 26)
-
-
-@st.composite
-def matmul_shapes(draw):
-    n, k, m = (draw(st.integers(1, 3)) for _ in range(3))
-    batch_a, batch_b = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=2)).input_shapes
-    kind = draw(st.sampled_from(["matrix", "vector_left", "vector_right", "both_vectors"]))
-    a = (k,) if kind in ("vector_left", "both_vectors") else batch_a + (n, k)
-    b = (k,) if kind in ("vector_right", "both_vectors") else batch_b + (k, m)
-    return a, b
 
 
 @given(data=st.data())

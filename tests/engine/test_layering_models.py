@@ -170,3 +170,12 @@ def test_the_routing_package_exports_every_public_name_of_its_modules():
     defined = set().union(*(public_names(path) for path in folder.glob("*.py") if path.name != "__init__.py"))
     assert defined - set(exported) == set(), "add these to capsnet/routing/__init__.py's imports and __all__"
     assert set(exported) - imported == set(), "__all__ names these, which capsnet/routing/__init__.py does not import"
+
+
+def test_the_changelog_lists_every_old_module_path_with_its_new_one():
+    import tinygrad_caps.models  # noqa: F401  (installs the models' old paths)
+    from tinygrad_caps.kernels.moved import moved_modules
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    for old, new in moved_modules().items():
+        assert f"| `{old}` | `{new}` |" in changelog, f"CHANGELOG.md does not list {old} -> {new}"

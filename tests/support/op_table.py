@@ -323,13 +323,20 @@ def sum_to_sample(draw):
 
 
 @st.composite
-def matmul_sample(draw):
-    """Matrices with broadcast batches, and vectors on either side or both."""
+def matmul_shapes(draw):
+    """The shapes of two matmul operands: matrices with broadcast batches, or vectors on either side or both."""
     n, k, m = (draw(st.integers(1, 3)) for _ in range(3))
     batch_a, batch_b = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=2)).input_shapes
     kind = draw(st.sampled_from(["matrix", "vector_left", "vector_right", "both_vectors"]))
     a = (k,) if kind in ("vector_left", "both_vectors") else batch_a + (n, k)
     b = (k,) if kind in ("vector_right", "both_vectors") else batch_b + (k, m)
+    return a, b
+
+
+@st.composite
+def matmul_sample(draw):
+    """Two matmul operands of ``matmul_shapes``."""
+    a, b = draw(matmul_shapes())
     return Sample((draw(arrays(a)), draw(arrays(b))))
 
 

@@ -88,7 +88,8 @@ def export_study_tensorboard(out, folder) -> list:
     for config in plan["configs"]:
         for run in config["runs"]:
             run_dir = Path(out) / run["path"]
-            if RunFolder(run_dir).metrics.exists() or RunFolder(run_dir).gradflow.exists():
+            logs = RunFolder(run_dir)
+            if logs.metrics.exists() or logs.gradflow.exists():
                 written.append(export_tensorboard(run_dir, Path(folder) / config["config_id"] / f"seed-{run['seed']}"))
     return written
 

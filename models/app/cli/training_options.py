@@ -35,10 +35,10 @@ def argument_type(field: dataclasses.Field):
     return option_value
 
 
-def add_option(parser, field: dataclasses.Field, default=None) -> None:
-    """Add the option of ``field`` to ``parser`` (its default the field's unless ``default`` is given)."""
+def add_option(parser, field: dataclasses.Field) -> None:
+    """Add the option of ``field`` to ``parser``, with the field's default."""
     meta = field.metadata
-    default = field.default if default is None else default
+    default = field.default
     help_text = HELP_NOW.get(field.name, lambda: meta["help"])()
     flag = option_flag(field.name)
     if meta["kind"] == "bool":

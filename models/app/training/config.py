@@ -226,9 +226,8 @@ class TrainingConfig(MappingView):
         options = {k: v for k, v in d.items() if k in names}
         if options.get("augment", "default") is None:  # config.json stores --augment none as null
             options["augment"] = "none"
-        network = {k: v for k, v in d.items() if k in model_keys - names}
-        if "image_size" in d and model_keys >= {"image_size"}:
-            network["image_size"] = d["image_size"]  # the dataset's size, which the option may also set
+        # image_size is both: an image folder's option, and the dataset's size in the geometry
+        network = {k: v for k, v in d.items() if k in model_keys}
         return cls(**options, network=network)
 
     def to_dict(self) -> dict:
