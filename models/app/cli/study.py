@@ -11,7 +11,10 @@ from ..training.option_checks import check_out_folder, positive_float
 from ..training.progress import bars_wanted
 from ..training.run_folder import RunFolder
 from ..studies.registry import MAX_DEPTH, STUDIES, get_study
+from ..studies.driver import drive_runs, print_failures
+from ..studies.executors import executor_for
 from ..studies.lock import study_lock
+from ..studies.placement import EXECUTORS, SCHEDULING_OPTIONS, study_placement
 from ..studies.runner import (EXIT_TIME_LIMIT, STUDY_ONLY, check_plan_runs, continue_command, parse_seed_list,
                             plan_study, read_study, train_runs, write_plan)
 from ..studies.summary import plural, summary_markdown, write_summary
@@ -55,6 +58,7 @@ def add_arguments(parser) -> None:
     r.add_argument("--tensorboard-out", default=None, metavar="TB",
                    help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    add_scheduling_options(r)
     add_training_options(r, [name for name in STUDY_OPTIONS if name != "model"])  # the configurations choose the model
     r.set_defaults(epochs=None)
     next(action for action in r._actions if action.dest == "epochs").help = "epochs of every run (default: the study's)"
@@ -62,6 +66,27 @@ def add_arguments(parser) -> None:
     m.add_argument("out", metavar="DIR", help="a study folder (with study.json)")
     m.add_argument("--tensorboard-out", default=None, metavar="TB",
                    help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
+
+
+def add_scheduling_options(parser) -> None:
+    """Where the runs train: ``--jobs`` and the other options of ``placement.study_placement``."""
+    g = parser.add_argument_group("where the runs train (docs/studies.md, \"Many runs at once\", \"On a cluster\")")
+    g.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="runs at a time, each in its own process (default 1; on GPUs: every device slot)")
+    g.add_argument("--threads-per-run", type=int, default=None, metavar="T",
+                   help="engine and BLAS threads of each run (default: the usable CPUs divided by the runs at a time)")
+    g.add_argument("--devices", default=None, metavar="cuda:0,cuda:1",
+                   help="the GPUs to place runs on (default with --device cuda/auto: every visible GPU)")
+    g.add_argument("--runs-per-device", type=int, default=None, metavar="K", help="runs at a time on each GPU (default 1)")
+    g.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: processes on this machine (default); ray: Ray tasks on a Ray cluster")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="the Ray cluster (default: $RAY_ADDRESS, else a local Ray started for the study)")
+    g.add_argument("--cpus-per-run", type=float, default=None, metavar="C", help="Ray: CPUs of each run (default 1)")
+    g.add_argument("--gpus-per-run", type=float, default=None, metavar="G",
+                   help="Ray: GPUs of each run; 0.5 puts two runs on a GPU (default: 1 on GPUs, else 0)")
+    g.add_argument("--max-retries", type=int, default=None, metavar="R",
+                   help="start a run again this often when its process, worker or node dies (default 3)")
 
 
 def run(args) -> int:
@@ -149,14 +174,27 @@ def run_study(args) -> int:
     tensorboard_out = plan.get("tensorboard_out")
     if tensorboard_out is not None and args.tensorboard_out is None:  # the saved one, checked as a given one is
         check_out_folder(Path(tensorboard_out), resume=True, option="--tensorboard-out")
+    placement = study_placement({key: getattr(args, key, None) for key in SCHEDULING_OPTIONS},
+                                plan["options"].get("device", "auto"))
     check_plan_runs(plan, args.out)  # every configuration, before anything is written
-    with study_lock(args.out):
+    with executor_for(placement, args.out) as executor, study_lock(args.out):
+        if executor is not None:
+            executor.prepare()  # (Ray: can every node see the folder?)
         write_plan(Path(args.out), plan)
         deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
-        result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
+        if executor is None:
+            result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
+        else:
+            result = drive_runs(plan, args.out, executor, deadline, show_progress=bars_wanted(args.no_progress),
+                                max_retries=placement.max_retries if executor.retries_runs else 0)
         report_summary(args.out, tensorboard_out)
     if result["stopped"]:
         print(f"stopped after {plural(args.max_minutes, 'minute')} with {result['finished']} of "
               f"{plural(result['total'], 'run')} finished; continue with: {continue_command(plan, args.out)}")
         return EXIT_TIME_LIMIT
+    if result["failed"]:
+        print_failures(result)
+        print(f"{plural(len(result['failed']), 'run')} failed, {result['finished']} of "
+              f"{plural(result['total'], 'run')} finished; retry the failed with: {continue_command(plan, args.out)}")
+        return 1
     return 0

@@ -1,11 +1,16 @@
-"""One driver per study folder: DIR/study.lock, held while ``study run`` writes and trains there.
+"""Who holds a study folder or a run folder: DIR/study.lock (one driver per study) and RUN/run.lock
+(one process per run, whichever executor started it).
 
-The lock file is created with O_CREAT | O_EXCL (so of two drivers exactly one creates it) and holds
-{"host", "pid", "started", "token"} of its driver. A second ``study run`` of the folder is refused
-in one line naming the first driver. A lock whose driver ran on this host and whose process is
-gone (a kill -9, a crash of the machine's job) is taken over; one of another host cannot be
-checked and is refused with the file's name, to delete once that driver has ended. The driver
-removes its lock when it ends, also on an error or Ctrl-C.
+A lock file is created with O_CREAT | O_EXCL (so of two processes exactly one creates it) and holds
+{"host", "pid", "started", "token"} of its holder. While it is held, a heartbeat thread touches it
+every HEARTBEAT_SECONDS. A lock is stale, and taken over, when its holder ran on this host and its
+process is gone (a kill -9, a crash), or when it comes from another host and has not been touched
+for STALE_AFTER_SECONDS (its node died: a study continued on another node, a Ray task retried
+elsewhere). A lock that is not stale is refused in one line naming its holder. The holder removes
+its lock when it ends, also on an error or Ctrl-C.
+
+Clocks: the age of another host's lock is its file's modification time against this host's clock,
+so the hosts of one study should keep their clocks within a minute of each other (NTP does).
 """
 from __future__ import annotations
 
@@ -14,28 +19,72 @@ import datetime
 import json
 import os
 import socket
+import threading
+import time
 import uuid
 from pathlib import Path
 
 from ...errors import UsageError
 
 LOCK_FILE = "study.lock"
+RUN_LOCK_FILE = "run.lock"
+HEARTBEAT_SECONDS = 15.0
+STALE_AFTER_SECONDS = 120.0  # eight missed heartbeats: the holder's host is gone
+
+
+class LockHeld(UsageError):
+    """A lock file is held by a process that is still running (or whose host cannot be checked yet)."""
+
+    def __init__(self, message: str, holder):
+        super().__init__(message)
+        self.holder = holder
 
 
 @contextlib.contextmanager
 def study_lock(folder):
-    """Hold ``folder``/study.lock for the block (``folder`` is created); UsageError naming the
-    driver that holds it already."""
-    path = Path(folder) / LOCK_FILE
+    """Hold ``folder``/study.lock for the block (``folder`` is created); LockHeld (a UsageError)
+    naming the driver that holds it already."""
     Path(folder).mkdir(parents=True, exist_ok=True)
-    text = acquire(path)
+    with held_lock(Path(folder) / LOCK_FILE, "is being run by another study run") as path:
+        yield path
+
+
+@contextlib.contextmanager
+def run_lock(run_dir, wait_seconds: float = 0.0):
+    """Hold ``run_dir``/run.lock while the run trains (``run_dir`` is created). A lock held by a live
+    process is waited for up to ``wait_seconds`` (a retried task whose dead predecessor ran on a lost
+    node waits for its lock to go stale), then refused with LockHeld naming the holder."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(run_dir) / RUN_LOCK_FILE
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            with held_lock(path, "is being trained by another process") as held:
+                yield held
+            return
+        except LockHeld:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
+
+
+@contextlib.contextmanager
+def held_lock(path: Path, held_by: str):
+    """Hold the lock file ``path`` for the block, touching it every HEARTBEAT_SECONDS; ``held_by``
+    completes the refusal "<folder> <held_by> (pid P on H, started T)"."""
+    text = acquire(path, held_by)
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(path, text, stop), daemon=True, name=f"heartbeat {path.name}")
+    beat.start()
     try:
         yield path
     finally:
+        stop.set()
+        beat.join()
         release(path, text)
 
 
-def acquire(path: Path) -> str:
+def acquire(path: Path, held_by: str = "is being run by another study run") -> str:
     """Create the lock file ``path`` for this process (taking over a stale one); returns what it holds."""
     text = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -48,10 +97,10 @@ def acquire(path: Path) -> str:
             if held is None:
                 continue  # released in between
             holder = _holder(held)
-            if holder is not None and _is_stale(holder):
+            if holder is not None and _is_stale(holder, path):
                 _take_over(path, held)
                 continue
-            raise UsageError(_refusal(path, holder))
+            raise LockHeld(_refusal(path, holder, held_by), holder)
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(text)
@@ -60,14 +109,22 @@ def acquire(path: Path) -> str:
                 path.unlink()
             raise
         return text
-    raise UsageError(_refusal(path, _holder(_read(path) or "")))
+    held = _read(path) or ""
+    raise LockHeld(_refusal(path, _holder(held), held_by), _holder(held))
 
 
 def release(path: Path, text: str) -> None:
-    """Remove the lock file ``path`` if it still holds ``text`` (this driver's)."""
+    """Remove the lock file ``path`` if it still holds ``text`` (this holder's)."""
     if _read(path) == text:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def lock_holder(path: Path):
+    """{"host", "pid", "started", "token"} of the lock file ``path``, or None where there is none
+    (or it holds no such record)."""
+    held = _read(path)
+    return None if held is None else _holder(held)
 
 
 def process_alive(pid: int) -> bool:
@@ -81,6 +138,15 @@ def process_alive(pid: int) -> bool:
     except (OverflowError, ValueError):
         return False
     return True
+
+
+def _heartbeat(path: Path, text: str, stop: threading.Event) -> None:
+    """Touch ``path`` every HEARTBEAT_SECONDS while it holds ``text`` and ``stop`` is not set."""
+    while not stop.wait(HEARTBEAT_SECONDS):
+        if _read(path) != text:
+            return
+        with contextlib.suppress(OSError):
+            os.utime(path)
 
 
 def _read(path: Path):
@@ -108,13 +174,18 @@ def _holder(text: str):
     return holder
 
 
-def _is_stale(holder: dict) -> bool:
-    """A lock of this host whose process is gone."""
-    return holder["host"] == socket.gethostname() and not process_alive(holder["pid"])
+def _is_stale(holder: dict, path: Path) -> bool:
+    """A lock of this host whose process is gone, or one of another host not touched for STALE_AFTER_SECONDS."""
+    if holder["host"] == socket.gethostname():
+        return not process_alive(holder["pid"])
+    try:
+        return time.time() - path.stat().st_mtime > STALE_AFTER_SECONDS
+    except FileNotFoundError:
+        return False
 
 
 def _take_over(path: Path, stale: str) -> None:
-    """Remove the stale lock ``path`` (holding ``stale``) unless another driver replaced it meanwhile:
+    """Remove the stale lock ``path`` (holding ``stale``) unless another process replaced it meanwhile:
     it is moved aside first (atomic), and put back where it is not the stale one."""
     aside = path.with_name(f"{path.name}.stale-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
@@ -122,7 +193,7 @@ def _take_over(path: Path, stale: str) -> None:
     except FileNotFoundError:
         return
     try:
-        if _read(aside) != stale:  # a driver's fresh lock: back in place, unless a newer one exists
+        if _read(aside) != stale:  # a fresh lock: back in place, unless a newer one exists
             with contextlib.suppress(FileExistsError, OSError):
                 os.link(aside, path)
     finally:
@@ -130,14 +201,13 @@ def _take_over(path: Path, stale: str) -> None:
             aside.unlink()
 
 
-def _refusal(path: Path, holder) -> str:
-    """The one-line refusal naming the driver that holds ``path``."""
+def _refusal(path: Path, holder, held_by: str) -> str:
+    """The one-line refusal naming the process that holds ``path``."""
     folder = path.parent
     if holder is None:
-        return (f"{folder} is being run by another study run ({path} exists but names no driver); if none runs, "
-                f"delete {path} and try again")
+        return f"{folder} {held_by} ({path} exists but names no holder); if none runs, delete {path} and try again"
     who = f"pid {holder['pid']} on {holder['host']}, started {holder.get('started', '?')}"
     if holder["host"] != socket.gethostname():
-        return (f"{folder} is being run by another study run ({who}); wait for it to end, or, if it has ended, "
-                f"delete {path}")
-    return f"{folder} is being run by another study run ({who}); wait for it to end, or stop it"
+        return (f"{folder} {held_by} ({who}); wait for it to end (a lock untouched for {STALE_AFTER_SECONDS:.0f} s "
+                f"is taken over), or, if it has ended, delete {path}")
+    return f"{folder} {held_by} ({who}); wait for it to end, or stop it"

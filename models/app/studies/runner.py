@@ -26,8 +26,10 @@ calls ends however short the limit. ``--tensorboard-out`` is kept in the plan an
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -36,24 +38,19 @@ import tinygrad_caps as tc
 
 from ...errors import UsageError
 from ..training.reporting import is_user_error, one_line
-from ..training.run_options import model_options
 from ..training.option_checks import check_out_folder, device_or_usage_error
 from ..training.run_options import option_flag, resumed_options
 from ..training.run_folder import RunFolder
-from ..training.run_state import Interrupted, TimeLimitReached, write_text_atomically
+from ..training.run_state import Interrupted, write_text_atomically
+from .placement import SCHEDULING_OPTIONS
 from .plan_file import load_plan
 from .registry import Study
+from .run_task import STUDY_FILE, run_config, run_path, run_status, train_study_run
 
-STUDY_FILE = "study.json"
 EXIT_TIME_LIMIT = 75  # EX_TEMPFAIL: stopped by --max-minutes, continue with --resume
 # study run's own options; every other destination of its parser is a training option shared by the runs
 STUDY_ONLY = ("command", "study_command", "name", "out", "seeds", "seed_list", "max_minutes", "resume", "max_depth",
-              "debug", "explicit", "no_progress", "command_line", "tensorboard_out")
-
-
-def run_path(config_id: str, seed: int) -> str:
-    """A run's folder, relative to the study's: ``runs/<config_id>/seed-<seed>``."""
-    return f"runs/{config_id}/seed-{seed}"
+              "debug", "explicit", "no_progress", "command_line", "tensorboard_out", *SCHEDULING_OPTIONS)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -169,16 +166,6 @@ def plan_study(study: Study, out, given: dict, explicit: set, *, seeds=None, epo
     return plan
 
 
-def run_config(plan: dict, config: dict, seed: int) -> dict:
-    """The options one run trains with: the study's shared options, the configuration's own, the
-    epochs and the seed, with only the chosen model's options (as ``train`` records them)."""
-    options = {"model": "capsnet", **plan["options"]}  # a study may train another model for all its runs
-    options.update(config["options"], epochs=plan["epochs"], seed=seed)
-    if options.get("augment") == "none":
-        options["augment"] = None
-    return model_options(options, explicit=set())
-
-
 def check_plan_runs(plan: dict, out, log=None) -> None:
     """Apply every check ``train`` applies before it writes anything to the first run of every
     configuration of ``plan``, before the study writes anything: each run's ``Trainer`` is built
@@ -203,15 +190,6 @@ def _silent(text: str) -> None:
     """A log that says nothing (the checks' Trainers speak only where they refuse)."""
 
 
-def run_status(run_dir: Path, epochs: int) -> str:
-    """"finished" (its checkpoint has committed ``epochs`` epochs or more: a run taken further by an
-    earlier, longer plan is finished for a shorter one), "started" (a checkpoint to resume) or "new"."""
-    last = RunFolder(run_dir).last
-    if not last.exists():
-        return "new"
-    return "finished" if tc.load(last)["progress"]["epoch"] >= epochs else "started"
-
-
 def write_plan(out: Path, plan: dict) -> None:
     """Write ``plan`` to DIR/study.json (creating DIR) unless it holds exactly that already."""
     out.mkdir(parents=True, exist_ok=True)
@@ -219,14 +197,16 @@ def write_plan(out: Path, plan: dict) -> None:
 
 
 def train_runs(plan: dict, out, deadline=None, show_progress=False, log=print) -> dict:
-    """Train every run of ``plan`` that has not finished, in order (configurations, then seeds).
+    """Train every run of ``plan`` that has not finished, in order (configurations, then seeds), in
+    this process; each run's lines go to ``log`` (prefixed with the run) and to its RUN/train.log.
 
     Returns {"finished": runs finished (before or now), "total": runs planned, "stopped": True if
-    ``deadline`` (a time.monotonic() value) stopped the study}. Ctrl-C saves the current run and
-    raises Interrupted after saying how to continue."""
+    ``deadline`` (a time.monotonic() value) stopped the study, "failed": the outcomes of the runs that
+    failed (the others go on)}. Ctrl-C saves the current run and raises Interrupted after saying how
+    to continue."""
     out = Path(out)
     total = sum(len(config["runs"]) for config in plan["configs"])
-    finished, trained = 0, False
+    finished, trained, failed = 0, False, []
     for config in plan["configs"]:
         for run in config["runs"]:
             run_dir = out / run["path"]
@@ -235,59 +215,38 @@ def train_runs(plan: dict, out, deadline=None, show_progress=False, log=print) -
                 finished += 1
                 continue
             if trained and deadline is not None and time.monotonic() >= deadline:  # (the first run trains a batch)
-                return {"finished": finished, "total": total, "stopped": True}
+                return {"finished": finished, "total": total, "stopped": True, "failed": failed}
             trained = True
             prefix = f"[{config['config_id']} seed {run['seed']}]"
             log(f"{prefix} {'continuing' if status == 'started' else 'training'} {run_dir}")
-            options = run_config(plan, config, run["seed"])
-            try:
-                _train_one(options, run_dir, status == "started", deadline, show_progress,
-                           lambda text: log(f"{prefix} {text}"))
-            except TimeLimitReached:
-                return {"finished": finished, "total": total, "stopped": True}
-            except Interrupted:
+            with run_log(run_dir, lambda text: log(f"{prefix} {text}")) as both:
+                outcome = train_study_run(out, config["config_id"], run["seed"], deadline=deadline, log=both,
+                                          show_progress=show_progress)
+            if outcome["status"] == "finished":
+                finished += 1
+            elif outcome["status"] == "stopped":
+                return {"finished": finished, "total": total, "stopped": True, "failed": failed}
+            elif outcome["status"] == "interrupted":
                 print(f"study stopped; continue it with: {continue_command(plan, out)}", file=sys.stderr)
-                raise
-            finished += 1
-    return {"finished": finished, "total": total, "stopped": False}
+                raise Interrupted(outcome.get("signum", signal.SIGINT))
+            else:
+                log(f"{prefix} failed: {outcome['error']}")
+                failed.append(outcome)
+    return {"finished": finished, "total": total, "stopped": False, "failed": failed}
 
 
-def _train_one(options, run_dir, resume, deadline, show_progress, log):
-    with tc.backend.on_device(device_or_usage_error(options.get("device", "auto"))):
-        trainer = study_trainer_class()(options, run_dir, resume=resume, show_progress=show_progress, log=log)
-        trainer.deadline = deadline
-        trainer.run()
+@contextlib.contextmanager
+def run_log(run_dir: Path, terminal):
+    """A log that writes each line to ``terminal`` and appends it to RUN/train.log (created with the folder)."""
+    path = RunFolder(run_dir).train_log
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as file:
+        def both(text: str) -> None:
+            terminal(text)
+            file.write(f"{text}\n")
+            file.flush()
 
-
-def study_trainer_class():
-    """The ``Trainer`` a study trains its runs with: the time limit (``deadline``) applies only once
-    the run has moved on from where it started (a batch trained, or an epoch's test pass committed),
-    so every call of a time-limited study makes progress, however short the limit."""
-    from ..training.trainer import Trainer  # the trainer (and the dataset code) only when a run trains
-
-    class StudyTrainer(Trainer):
-        """A Trainer whose time limit waits for the run's first step (see ``study_trainer_class``)."""
-
-        _time_limit = None
-        _started_at = None
-
-        @property
-        def deadline(self):
-            """None until the run has moved on from where it started, then the time limit."""
-            state = getattr(self, "state", None)
-            if state is None:  # (still being set up: nothing has trained)
-                return None
-            position = (state["epoch"], state["step"])
-            if self._started_at is None:
-                self._started_at = position
-            return None if position == self._started_at else self._time_limit
-
-        @deadline.setter
-        def deadline(self, value):
-            """Set the time limit (a time.monotonic() value, or None)."""
-            self._time_limit = value
-
-    return StudyTrainer
+        yield both
 
 
 def continue_command(plan: dict, out) -> str:

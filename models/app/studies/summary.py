@@ -6,7 +6,8 @@ summary.json: {"study", "metric": "test_accuracy", "epochs", "complete", "rows":
 final-epoch test accuracy, in seed order), "mean", "std" (sample, ddof 1; null for one seed),
 "ci95" (the Student-t 95% interval of the mean), "metrics": {name: {"n", "mean", "std", "ci95"}}
 for the final train and test loss and the study's gradient-flow figures, "curves"}],
-"comparisons": [...]}.
+"comparisons": [...], "classes": the number of classes of the runs' data (their config.json's
+num_classes; null where no run has written one or they disagree): summary.png's chance level is 1/classes}.
 
 The gradient-flow figures of a run are the means over the logged steps of its last epoch
 (``gradflow.jsonl``; the last logged step before it where that epoch logged none):
@@ -151,7 +152,23 @@ def summarize(out, figures=None) -> dict:
         rows.append(row)
     return {"study": plan["study"], "metric": METRIC, "epochs": epochs, "complete": planned == done,
             "runs_finished": done, "runs_planned": planned, "figures": list(figures), "rows": rows,
-            "comparisons": comparisons(rows)}
+            "comparisons": comparisons(rows), "classes": study_classes(out, plan)}
+
+
+def study_classes(out: Path, plan: dict):
+    """The number of classes of the study's runs: the ``num_classes`` (a positive integer) their
+    config.json files hold, or None where no run has written a readable one or the runs disagree."""
+    found = set()
+    for config in plan["configs"]:
+        for run in config["runs"]:
+            path = RunFolder(Path(out) / run["path"]).config
+            try:
+                classes = json.loads(path.read_text()).get("num_classes") if path.is_file() else None
+            except (OSError, ValueError, AttributeError):
+                classes = None
+            if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0:
+                found.add(classes)
+    return found.pop() if len(found) == 1 else None
 
 
 def check_unfinished(run_dir: Path, metrics_path: Path, epochs: int) -> None:

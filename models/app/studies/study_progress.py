@@ -1,0 +1,99 @@
+"""The terminal of a study whose runs train elsewhere (worker processes, Ray tasks): one line per run
+that starts, finishes or fails, and one study-level progress line: runs finished, running and left,
+the epoch of each running run, and an estimate of the time left.
+
+On a terminal the progress line is redrawn in place (on stderr, under the event lines); elsewhere
+(a log, a pipe) it is printed as a line of its own whenever it changes, at most once every
+``LOG_EVERY_SECONDS``. A run's epoch is read from its metrics.jsonl, the study's own record, so the
+same line works whichever node trains the run.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from ..training.run_folder import RunFolder
+
+LOG_EVERY_SECONDS = 30.0
+
+
+def epochs_done(run_dir: Path) -> int:
+    """The epochs a run has logged (the lines of its metrics.jsonl; 0 where it has none)."""
+    try:
+        with open(RunFolder(run_dir).metrics, "rb") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError:
+        return 0
+
+
+def _duration(seconds: float) -> str:
+    """"40 s", "12 min", "3.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class StudyProgress:
+    """The study's terminal lines (see the module docstring). ``runs``: [(label, run_dir)] of every
+    run of the plan; ``epochs``: the epochs of each run."""
+
+    def __init__(self, runs, epochs: int, terminal: bool, stream=None, clock=time.monotonic):
+        self.runs, self.epochs, self.terminal = list(runs), int(epochs), terminal
+        self.stream = stream or (sys.stderr if terminal else sys.stdout)
+        self.clock, self.started = clock, clock()
+        self.running, self.finished, self.failed = set(), set(), set()
+        self.epochs_at_start = sum(min(epochs_done(d), self.epochs) for _, d in self.runs)
+        self._last_line, self._last_printed = None, None
+
+    def event(self, text: str) -> None:
+        """Print one event line (a run that starts, finishes, fails or is retried) above the progress line."""
+        if self.terminal:
+            self.stream.write("\r\033[K")
+        self.stream.write(text + "\n")
+        self._last_line = None  # draw the progress line again under it
+        self.refresh(force=True)
+
+    def line(self) -> str:
+        """The progress line: "runs: F finished, R running (label epoch e/E, ...), L left; about T left"."""
+        done = {label: min(epochs_done(d), self.epochs) for label, d in self.runs}
+        running = [f"{label} epoch {min(done[label] + 1, self.epochs)}/{self.epochs}"
+                   for label, _ in self.runs if label in self.running]
+        left = len(self.runs) - len(self.finished) - len(self.running) - len(self.failed)
+        parts = [f"{len(self.finished)} finished", f"{len(self.running)} running" +
+                 (f" ({', '.join(running)})" if running else "")]
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed")
+        text = f"study: {', '.join(parts)}, {max(left, 0)} left"
+        trained = sum(done.values()) - self.epochs_at_start
+        remaining = sum(self.epochs - done[label] for label, _ in self.runs
+                        if label not in self.finished and label not in self.failed)
+        elapsed = self.clock() - self.started
+        if trained > 0 and remaining > 0:
+            text += f"; about {_duration(remaining * elapsed / trained)} left"
+        return text
+
+    def refresh(self, force: bool = False) -> None:
+        """Draw the progress line where it changed (on a terminal), or print it (elsewhere) where it
+        changed and LOG_EVERY_SECONDS have passed since the last one (``force``: whenever it changed)."""
+        text = self.line()
+        if text == self._last_line:
+            return
+        now = self.clock()
+        if self.terminal:
+            self.stream.write("\r\033[K" + text)
+        elif force or self._last_printed is None or now - self._last_printed >= LOG_EVERY_SECONDS:
+            self.stream.write(text + "\n")
+            self._last_printed = now
+        else:
+            return
+        self.stream.flush()
+        self._last_line = text
+
+    def close(self) -> None:
+        """End the progress line (on a terminal, leave the cursor on a fresh line)."""
+        if self.terminal and self._last_line is not None:
+            self.stream.write("\n")
+            self.stream.flush()
