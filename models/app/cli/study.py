@@ -2,6 +2,7 @@
 its configurations and seeds (``study_runner``), and its summary (``study_summary``)."""
 from __future__ import annotations
 
+import contextlib
 import shlex
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from ..training.run_folder import RunFolder
 from ..studies.registry import MAX_DEPTH, STUDIES, get_study
 from ..studies.driver import drive_runs, print_failures
 from ..studies.executors import executor_for
-from ..studies.lock import study_lock
+from ..studies.lock import LOCK_FILE, study_lock
 from ..studies.placement import EXECUTORS, SCHEDULING_OPTIONS, study_placement
 from ..studies.runner import (EXIT_TIME_LIMIT, STUDY_ONLY, check_plan_runs, continue_command, parse_seed_list,
                             plan_study, read_study, train_runs, write_plan)
@@ -158,6 +159,21 @@ def study_parameters(args) -> dict:
     return {"max_depth": args.max_depth}
 
 
+@contextlib.contextmanager
+def removed_if_refused(out):
+    """Where the block raises a UsageError, remove the study folder ``out`` if it holds nothing but
+    its lock (the refusal then leaves nothing behind once the lock is released)."""
+    try:
+        yield
+    except UsageError:
+        folder = Path(out)
+        if {p.name for p in folder.iterdir()} <= {LOCK_FILE}:
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
 def run_study(args) -> int:
     """``study run NAME``: plan (or continue) the study, train its runs, write its summary."""
     try:
@@ -179,7 +195,8 @@ def run_study(args) -> int:
     check_plan_runs(plan, args.out)  # every configuration, before anything is written
     with executor_for(placement, args.out) as executor, study_lock(args.out):
         if executor is not None:
-            executor.prepare()  # (Ray: can every node see the folder?)
+            with removed_if_refused(args.out):
+                executor.prepare()  # (Ray: can every node see the folder?)
         write_plan(Path(args.out), plan)
         deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
         if executor is None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..training.run_state import Interrupted, write_text_atomically
 from .run_task import STOP_FILE, run_status
+from .runner import continue_command
 from .study_progress import StudyProgress
 
 POLL_SECONDS = 0.5
@@ -76,7 +77,7 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
                     started_any = True
                     progress.running.add(run.label)
                     retry = f" (retry {attempts[run.label]} of {max_retries})" if attempts.get(run.label) else ""
-                    progress.event(f"[{run.label}] started{retry}: {run.run_dir}")
+                    progress.event(f"[{run.label}] {executor.start_verb}{retry}: {run.run_dir}")
                 if not executor.running():  # (all done, or none may start: the time limit, a stop)
                     break
                 for run, outcome in executor.wait(POLL_SECONDS):
@@ -103,6 +104,7 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
                 if interrupted is not None:  # a second one: stop at once
                     executor.kill_all()
                     progress.close()
+                    print(f"study stopped at once; continue it with: {continue_command(plan, out)}", file=sys.stderr)
                     raise Interrupted(getattr(exc, "signum", signal.SIGINT)) from None
                 interrupted = getattr(exc, "signum", signal.SIGINT)
                 write_text_atomically(stop_path, "stop\n")
@@ -111,6 +113,7 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
     progress.close()
     stop_path.unlink(missing_ok=True)
     if interrupted is not None:
+        print(f"study stopped; continue it with: {continue_command(plan, out)}", file=sys.stderr)
         raise Interrupted(interrupted)
     return {"finished": finished, "total": len(runs), "stopped": stopped or bool(pending), "failed": failed}
 

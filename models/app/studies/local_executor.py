@@ -15,6 +15,7 @@ import time
 from ..training.run_folder import RunFolder
 from .driver import exit_reason
 from .run_task import read_failure
+from .worker import FAILED_PREFIX
 
 EXIT_STOPPED, EXIT_FAILED = 75, 1
 EXIT_INTERRUPTED = (130, 143)
@@ -24,6 +25,7 @@ class LocalExecutor:
     """Runs of one study in worker processes on this machine (see the module docstring)."""
 
     retries_runs = True  # the driver starts a killed run again (Ray retries its tasks itself)
+    start_verb = "started"
 
     def __init__(self, out, placement):
         self.out, self.placement = out, placement
@@ -104,8 +106,13 @@ class LocalExecutor:
         if returncode < 0:
             return dict(outcome, status="killed", error=f"its process was {exit_reason(returncode)}")
         failure = read_failure(run.run_dir) if returncode == EXIT_FAILED else None
-        error = failure["error"] if failure else f"its process ended with {exit_reason(returncode)}: " \
-                                                 f"{last_line(RunFolder(run.run_dir).train_log)}"
+        said = last_line(RunFolder(run.run_dir).train_log)
+        if failure is not None:
+            error = failure["error"]
+        elif returncode == EXIT_FAILED and said.startswith(FAILED_PREFIX):  # (a failure the run folder does not record)
+            error = said[len(FAILED_PREFIX):]
+        else:
+            error = f"its process ended with {exit_reason(returncode)}: {said}"
         return dict(outcome, status="failed", error=error)
 
 

@@ -1,6 +1,7 @@
 """The terminal of a study whose runs train elsewhere (worker processes, Ray tasks): one line per run
 that starts, finishes or fails, and one study-level progress line: runs finished, running and left,
-the epoch of each running run, and an estimate of the time left.
+the epoch of each running run (one whose RUN/run.lock is held: a Ray task waiting for resources is
+not running yet), and an estimate of the time left.
 
 On a terminal the progress line is redrawn in place (on stderr, under the event lines); elsewhere
 (a log, a pipe) it is printed as a line of its own whenever it changes, at most once every
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..training.run_folder import RunFolder
+from .lock import RUN_LOCK_FILE
 
 LOG_EVERY_SECONDS = 30.0
 
@@ -59,10 +61,10 @@ class StudyProgress:
     def line(self) -> str:
         """The progress line: "runs: F finished, R running (label epoch e/E, ...), L left; about T left"."""
         done = {label: min(epochs_done(d), self.epochs) for label, d in self.runs}
-        running = [f"{label} epoch {min(done[label] + 1, self.epochs)}/{self.epochs}"
-                   for label, _ in self.runs if label in self.running]
-        left = len(self.runs) - len(self.finished) - len(self.running) - len(self.failed)
-        parts = [f"{len(self.finished)} finished", f"{len(self.running)} running" +
+        training = [label for label, d in self.runs if label in self.running and (d / RUN_LOCK_FILE).exists()]
+        running = [f"{label} epoch {min(done[label] + 1, self.epochs)}/{self.epochs}" for label in training]
+        left = len(self.runs) - len(self.finished) - len(training) - len(self.failed)
+        parts = [f"{len(self.finished)} finished", f"{len(training)} running" +
                  (f" ({', '.join(running)})" if running else "")]
         if self.failed:
             parts.append(f"{len(self.failed)} failed")

@@ -6,7 +6,8 @@ summary.json: {"study", "metric": "test_accuracy", "epochs", "complete", "rows":
 final-epoch test accuracy, in seed order), "mean", "std" (sample, ddof 1; null for one seed),
 "ci95" (the Student-t 95% interval of the mean), "metrics": {name: {"n", "mean", "std", "ci95"}}
 for the final train and test loss and the study's gradient-flow figures, "curves"}],
-"comparisons": [...], "classes": the number of classes of the runs' data (their config.json's
+"comparisons": [...], "failed" (only where a run has failed: [{"config_id", "seed", "path", "error":
+its last error line}] from RUN/failed.json), "classes": the number of classes of the runs' data (their config.json's
 num_classes; null where no run has written one or they disagree): summary.png's chance level is 1/classes}.
 
 The gradient-flow figures of a run are the means over the logged steps of its last epoch
@@ -42,6 +43,7 @@ from ...errors import UsageError
 from ..training.run_logs import read_json_lines, read_metrics
 from ..training.run_folder import RunFolder
 from .registry import STUDIES
+from .run_task import read_failure
 from .runner import read_study, run_status, write_if_changed
 
 METRIC = "test_accuracy"
@@ -124,7 +126,7 @@ def summarize(out, figures=None) -> dict:
     if figures is None:
         figures = STUDIES[plan["study"]].figures if plan["study"] in STUDIES else ()
     epochs = plan["epochs"]
-    rows, planned, done = [], 0, 0
+    rows, planned, done, failed = [], 0, 0, []
     for config in plan["configs"]:
         seeds, values, finals, figure_rows, learning, gradflow = [], [], [], [], [], []
         for run in config["runs"]:
@@ -135,6 +137,10 @@ def summarize(out, figures=None) -> dict:
             final = next((line for line in metrics if line["epoch"] == epochs), None)
             if final is None:
                 check_unfinished(run_dir, metrics_path, epochs)
+                failure = read_failure(run_dir)
+                if failure is not None:
+                    failed.append({"config_id": config["config_id"], "seed": run["seed"], "path": run["path"],
+                                   "error": failure["error"]})
                 continue
             done += 1
             seeds.append(run["seed"])
@@ -150,9 +156,12 @@ def summarize(out, figures=None) -> dict:
         row["metrics"].update({name: _stats([f.get(name) for f in figure_rows]) for name in figures})
         row["curves"] = {"learning": _mean_curve(learning), "gradflow": _mean_curve(gradflow)}
         rows.append(row)
-    return {"study": plan["study"], "metric": METRIC, "epochs": epochs, "complete": planned == done,
-            "runs_finished": done, "runs_planned": planned, "figures": list(figures), "rows": rows,
-            "comparisons": comparisons(rows), "classes": study_classes(out, plan)}
+    summary = {"study": plan["study"], "metric": METRIC, "epochs": epochs, "complete": planned == done,
+               "runs_finished": done, "runs_planned": planned, "figures": list(figures), "rows": rows,
+               "comparisons": comparisons(rows), "classes": study_classes(out, plan)}
+    if failed:  # (absent otherwise: the summary of a study without failures keeps its bytes)
+        summary["failed"] = failed
+    return summary
 
 
 def study_classes(out: Path, plan: dict):
@@ -258,10 +267,14 @@ def summary_markdown(summary: dict) -> str:
              f"{summary['runs_finished']} of {plural(summary['runs_planned'], 'run')} finished"
              + ("." if summary["complete"] else " (the others are not in the table)."),
              "Mean ± sample standard deviation over the seeds; 95%: the Student-t interval of the mean.",
-             "",
-             "| configuration | options | n | test accuracy | 95% | values | train loss | test loss |"
-             + "".join(f" {name} |" for name in figures),
-             "| --- | --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(figures)]
+             ""]
+    if summary.get("failed"):
+        lines += [f"Failed ({plural(len(summary['failed']), 'run')}; `study run --resume` trains them again):", ""]
+        lines += [f"- {f['config_id']} seed {f['seed']}: {f['error']}" for f in summary["failed"]]
+        lines.append("")
+    lines += ["| configuration | options | n | test accuracy | 95% | values | train loss | test loss |"
+              + "".join(f" {name} |" for name in figures),
+              "| --- | --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(figures)]
     for row in summary["rows"]:
         values = ", ".join(f"{v:.4f}" for v in row["values"]) or "-"
         cells = [row["config_id"], _options_text(row["config"]), str(row["n"]), _mean_sd(row), _interval(row["ci95"]),

@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 
+FAILED_PREFIX = "failed: "  # the worker's last line where its run failed
 EXIT_FOR = {"finished": 0, "failed": 1, "unreachable": 2, "stopped": 75}
 PR_SET_PDEATHSIG = 1
 
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     outcome = train_study_run(args.out, args.config_id, args.seed, deadline=deadline, device=args.device,
                               skip_after_deadline=not args.first, log=_print_flushed)
     if outcome["status"] in ("failed", "unreachable"):
-        print(f"failed: {outcome['error']}", file=sys.stderr, flush=True)
+        print(f"{FAILED_PREFIX}{outcome['error']}", file=sys.stderr, flush=True)
     if outcome["status"] == "interrupted":
         return 128 + outcome.get("signum", int(signal.SIGINT))
     return EXIT_FOR[outcome["status"]]

@@ -14,7 +14,9 @@ between the line and the checkpoint cannot leave an epoch twice.
 
 Test hook. ``TINYGRAD_CAPS_TEST_CRASH=point@n[:SIG[,SIG]]`` sends the named signals (default KILL)
 to the process itself the n-th time it passes ``crash_point(point)``; the crash-consistency tests
-use it to stop a run at exact places. Unset, ``crash_point`` does nothing.
+use it to stop a run at exact places. With ``TINYGRAD_CAPS_TEST_CRASH_ONCE=PATH`` as well, only the
+first process to get there (the one that creates PATH) is stopped: the study tests kill one run's
+process (or Ray worker) among many, and the run started again goes on. Unset, ``crash_point`` does nothing.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from tinygrad_caps.serialization import write_atomically
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CRASH_ENV = "TINYGRAD_CAPS_TEST_CRASH"
+CRASH_ONCE_ENV = "TINYGRAD_CAPS_TEST_CRASH_ONCE"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -114,6 +117,19 @@ def _parse_crash_spec(text):
 _crash_counts = {}
 
 
+def _first_crash_of_all() -> bool:
+    """With $TINYGRAD_CAPS_TEST_CRASH_ONCE=PATH, True only for the one process that creates PATH (so a
+    run started again after the crash, or another run of a study, is not stopped too); else True."""
+    marker = os.environ.get(CRASH_ONCE_ENV)
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
 def crash_point(point: str) -> None:
     """The test hook described in the module docstring; does nothing unless $TINYGRAD_CAPS_TEST_CRASH names ``point``."""
     spec = os.environ.get(CRASH_ENV)
@@ -123,7 +139,7 @@ def crash_point(point: str) -> None:
     if name != point:
         return
     _crash_counts[point] = _crash_counts.get(point, 0) + 1
-    if _crash_counts[point] == count:
+    if _crash_counts[point] == count and _first_crash_of_all():
         for signum in signals:
             os.kill(os.getpid(), signum)
 

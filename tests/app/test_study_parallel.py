@@ -1,0 +1,219 @@
+"""``study run --jobs N``: several runs at once, each in its own worker process, with real processes
+and real signals. The runs' metrics.jsonl (wall-clock fields aside) and summary.json equal those of
+the study trained one run at a time in the driver's process; a run process SIGKILLed mid-epoch is
+started again and ends as if never killed; a driver SIGKILLed mid-study (its workers die with it) and
+resumed, and one stopped with Ctrl-C and resumed, end the same; a failing run leaves the others
+finished and is reported with its last error line; a run folder held by another process is never
+trained twice; the bad scheduling options are one-line errors with nothing created."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli_helpers import TINY, one_line_error
+from study_helpers import leftovers, study_argv, study_files
+from tinygrad_caps.models import cli
+
+pytestmark = pytest.mark.slow
+
+
+def driver(argv, **options):
+    """``tinygrad-caps`` run as a process of its own (the tests that signal or kill the driver)."""
+    return subprocess.Popen([sys.executable, "-m", "tinygrad_caps.models.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **options)
+
+
+def wait_for(predicate, seconds=120.0):
+    end = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def test_two_jobs_give_the_files_of_the_sequential_study_and_each_run_its_train_log(tmp_path, data_options, sequential_study, capsys):
+    out = tmp_path / "study"
+    assert cli.main(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1")) == 0
+    assert study_files(out) == sequential_study
+    printed = capsys.readouterr().out
+    assert f"[routing3-detach seed 1] started: {out / 'runs/routing3-detach/seed-1'}" in printed
+    assert "[routing1 seed 0] finished" in printed and "study: 6 finished, 0 running, 0 left" in printed
+    for run_dir in (out / "runs").glob("*/seed-*"):
+        log = (run_dir / "train.log").read_text()
+        assert f"run folder: {run_dir}" in log and "epoch 2: train loss" in log
+    assert leftovers(out) == []
+
+
+def test_a_run_process_killed_mid_epoch_is_started_again_and_ends_as_if_never_killed(tmp_path, data_options, sequential_study, capsys, monkeypatch):
+    out, marker = tmp_path / "study", tmp_path / "killed-once"
+    monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH", "optimizer-step@2:KILL")  # the 2nd batch of epoch 1
+    monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH_ONCE", str(marker))
+    assert cli.main(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1")) == 0
+    assert marker.exists()
+    printed = capsys.readouterr().out
+    assert "its process was killed by SIGKILL; starting it again from its last checkpoint" in printed
+    assert "(retry 1 of 3)" in printed
+    assert study_files(out) == sequential_study and leftovers(out) == []
+
+
+def test_a_run_killed_more_often_than_max_retries_is_reported_and_resume_finishes_it(tmp_path, data_options, sequential_study, capsys, monkeypatch):
+    out = tmp_path / "study"
+    monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH", "optimizer-step@2:KILL")  # every process of every run
+    assert cli.main(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--max-retries", "1")) == 1
+    printed = capsys.readouterr().out
+    assert "failed: routing1 seed 0: its process was killed by SIGKILL" in printed
+    assert f"retry the failed with: tinygrad-caps study run gradient-modes --out {out} --resume" in printed
+    monkeypatch.delenv("TINYGRAD_CAPS_TEST_CRASH")
+    assert cli.main(["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress", "--jobs", "2",
+                     "--threads-per-run", "1"]) == 0
+    assert study_files(out) == sequential_study
+
+
+def test_a_failing_run_leaves_the_others_finished_and_is_listed_with_its_error(tmp_path, data_options, capsys):
+    out = tmp_path / "study"
+    jobs = ["--jobs", "2", "--threads-per-run", "1"]
+    assert cli.main(study_argv(out, data_options, *jobs, "--epochs", "1")) == 0
+    for seed in (0, 1):  # damage two runs: a folder where their config.json must be rewritten on resume
+        config = out / f"runs/routing3-full/seed-{seed}/config.json"
+        config.unlink()
+        (config / "in-the-way").mkdir(parents=True)
+    capsys.readouterr()
+    resume = ["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress", "--epochs", "2", *jobs]
+    assert cli.main(resume) == 1
+    printed = capsys.readouterr().out
+    assert "[routing3-full seed 0] failed: " in printed and "config.json" in printed and "Traceback" not in printed
+    assert f"retry the failed with: tinygrad-caps study run gradient-modes --out {out} --resume" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(f["config_id"], f["seed"]) for f in summary["failed"]] == [("routing3-full", 0), ("routing3-full", 1)]
+    assert summary["runs_finished"] == 4 and [row["n"] for row in summary["rows"]] == [2, 0, 2]
+    error = json.loads((out / "runs/routing3-full/seed-1/failed.json").read_text())["error"]
+    assert error == summary["failed"][1]["error"] and "config.json" in error
+    assert f"- routing3-full seed 1: {error}" in (out / "summary.md").read_text()
+    assert leftovers(out) == []
+    for seed in (0, 1):  # repaired, --resume trains them, and the failure records go
+        shutil.rmtree(out / f"runs/routing3-full/seed-{seed}/config.json")
+    assert cli.main(resume) == 0
+    assert "failed" not in json.loads((out / "summary.json").read_text())
+    assert not list((out / "runs").glob("*/seed-*/failed.json"))
+
+
+def test_a_run_held_by_another_live_process_is_not_trained_twice(tmp_path, data_options, capsys):
+    out = tmp_path / "study"
+    jobs = ["--jobs", "2", "--threads-per-run", "1"]
+    assert cli.main(study_argv(out, data_options, *jobs, "--epochs", "1")) == 0
+    run_dir = out / "runs" / "routing1" / "seed-0"
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time; from tinygrad_caps.models.app.studies.lock import run_lock\n"
+                               "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)",
+                               str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = (run_dir / "metrics.jsonl").read_bytes()
+        capsys.readouterr()
+        assert cli.main(["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress",
+                         "--epochs", "2", *jobs]) == 1
+        printed = capsys.readouterr().out
+        assert f"failed: routing1 seed 0: {run_dir} is being trained by another process (pid {holder.pid} on " in printed
+        assert (run_dir / "metrics.jsonl").read_bytes() == before  # never touched
+        assert not (run_dir / "failed.json").exists()  # (the run itself has not failed)
+        assert json.loads((out / "summary.json").read_text())["runs_finished"] == 5
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_driver_takes_its_runs_with_it_and_resume_ends_as_the_sequential_study(tmp_path, data_options, sequential_study):
+    out = tmp_path / "study"
+    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1"))
+    wait_for(lambda: any((out / "runs").glob("*/seed-*/metrics.jsonl")) and
+             len(list((out / "runs").glob("*/seed-*/run.lock"))) == 2)
+    pids = [json.loads(p.read_text())["pid"] for p in (out / "runs").glob("*/seed-*/run.lock")]
+    first.kill()
+    first.communicate()
+    wait_for(lambda: not any(_alive(pid) for pid in pids), seconds=30)  # PR_SET_PDEATHSIG: they died with it
+    resumed = driver(["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress",
+                      "--jobs", "2", "--threads-per-run", "1"])
+    stdout, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    assert study_files(out) == sequential_study and leftovers(out) == []
+
+
+def test_ctrl_c_saves_every_running_run_and_resume_ends_as_the_sequential_study(tmp_path, data_options, sequential_study):
+    out = tmp_path / "study"
+    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--epochs", "2"))
+    wait_for(lambda: len(list((out / "runs").glob("*/seed-*/run.lock"))) == 2 and
+             any((out / "runs").glob("*/seed-*/metrics.jsonl")))
+    first.send_signal(signal.SIGINT)
+    stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 130, stderr
+    assert f"continue it with: tinygrad-caps study run gradient-modes --out {out} --resume" in stderr
+    assert "stopping: every running run saves at its next batch boundary" in stdout
+    assert leftovers(out) == []
+    resumed = driver(["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress",
+                      "--jobs", "2", "--threads-per-run", "1"])
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    assert study_files(out) == sequential_study
+
+
+def test_max_minutes_is_the_whole_study_s_and_resume_ends_as_the_sequential_study(tmp_path, data_options, sequential_study, capsys):
+    out = tmp_path / "study"
+    assert cli.main(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--max-minutes", "0.0001")) == 75
+    printed = capsys.readouterr().out
+    assert f"continue with: tinygrad-caps study run gradient-modes --out {out} --resume" in printed
+    assert not json.loads((out / "summary.json").read_text())["complete"]
+    assert cli.main(["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress",
+                     "--jobs", "2", "--threads-per-run", "1"]) == 0
+    assert study_files(out) == sequential_study
+
+
+def test_the_progress_line_counts_the_runs_and_names_the_epoch_of_each_running_one(tmp_path):
+    from tinygrad_caps.models.app.studies.study_progress import StudyProgress
+
+    runs = [(f"c seed {s}", tmp_path / f"seed-{s}") for s in range(4)]
+    for _, run_dir in runs:
+        run_dir.mkdir()
+    clock = iter([0.0, 100.0, 100.0])
+    progress = StudyProgress(runs, epochs=3, terminal=False, clock=lambda: next(clock))
+    (runs[0][1] / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n{"epoch": 3}\n')
+    (runs[1][1] / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    (runs[1][1] / "run.lock").write_text("{}")
+    progress.finished.add("c seed 0")
+    progress.running.update({"c seed 1", "c seed 2"})  # seed 2 waits for its resources: not running yet
+    # 4 epochs trained in 100 s; 2 + 3 + 3 left: about 200 s
+    assert progress.line() == "study: 1 finished, 1 running (c seed 1 epoch 2/3), 2 left; about 3 min left"
+    progress.failed.add("c seed 3")
+    assert progress.line().startswith("study: 1 finished, 1 running (c seed 1 epoch 2/3), 1 failed, 1 left")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--jobs", "0"], "--jobs must be at least 1, got 0"),
+    (["--jobs", "-3"], "--jobs must be at least 1, got -3"),
+    (["--threads-per-run", "0"], "--threads-per-run must be at least 1, got 0"),
+    (["--executor", "dask"], "argument --executor: invalid choice: 'dask'"),
+    (["--runs-per-device", "0"], "--runs-per-device must be at least 1, got 0"),
+    (["--executor", "ray", "--gpus-per-run", "-1"], "--gpus-per-run must be 0 or more, got -1"),
+    (["--executor", "ray", "--cpus-per-run", "0"], "--cpus-per-run must be positive, got 0"),
+    (["--devices", "cuda:7"], "--devices: device 'cuda:7'"),
+    (["--device", "cpu", "--devices", "cuda:0"], "--devices places runs on GPUs; this study trains on the CPU"),
+    (["--executor", "ray", "--jobs", "2"], "--jobs: the local executor's"),
+    (["--ray-address", "127.0.0.1:6379"], "--ray-address: options of --executor ray"),
+    (["--max-retries", "-1"], "--max-retries must be at least 0, got -1"),
+])
+def test_bad_scheduling_options_are_one_line_errors_with_nothing_created(tmp_path, data_options, capsys, extra, message):
+    out = tmp_path / "study"
+    line = one_line_error(capsys, cli.main(study_argv(out, data_options, *extra)))
+    assert message in line
+    assert not out.exists()

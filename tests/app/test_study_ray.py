@@ -1,0 +1,130 @@
+"""``study run --executor ray`` on a real Ray (no mock): a local Ray started for the study, and a
+two-node local cluster from ``ray start --head`` and ``ray start --address``. The runs' files equal the
+sequential study's; a Ray worker SIGKILLed mid-epoch is retried by Ray and its run ends as if never
+killed; an address where no Ray answers, and a node that cannot see the study folder, are one-line
+errors with nothing created; without Ray installed, the error says how to install it."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli_helpers import one_line_error
+from study_helpers import leftovers, study_argv, study_files
+from tinygrad_caps.models import cli
+
+pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture
+def no_ray_address(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_command(*args, check=True):
+    ray_cli = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
+    return subprocess.run([ray_cli, *args], capture_output=True, text=True, timeout=180, check=check)
+
+
+def test_a_local_ray_gives_the_files_of_the_sequential_study(tmp_path, data_options, sequential_study, capsys, no_ray_address):
+    out = tmp_path / "study"
+    assert cli.main(study_argv(out, data_options, "--executor", "ray", "--threads-per-run", "1")) == 0
+    assert study_files(out) == sequential_study and leftovers(out) == []
+    printed = capsys.readouterr().out
+    assert "[routing1 seed 0] submitted to Ray" in printed and "study: 6 finished, 0 running, 0 left" in printed
+    for run_dir in (out / "runs").glob("*/seed-*"):
+        assert "epoch 2: train loss" in (run_dir / "train.log").read_text()
+    assert not ray.is_initialized()  # the local Ray started for the study is stopped after it
+
+
+def test_a_ray_worker_killed_mid_epoch_is_retried_and_its_run_ends_as_if_never_killed(tmp_path, data_options, sequential_study, monkeypatch, no_ray_address):
+    out, marker = tmp_path / "study", tmp_path / "killed-once"
+    monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH", "optimizer-step@2:KILL")  # reaches the tasks' workers
+    monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH_ONCE", str(marker))
+    assert cli.main(study_argv(out, data_options, "--executor", "ray", "--threads-per-run", "1")) == 0
+    assert marker.exists()
+    killed = [log for log in (out / "runs").glob("*/seed-*/train.log") if log.read_text().count("run folder:") > 1
+              or "resuming" in log.read_text()]
+    assert len(killed) == 1  # the one run whose worker died was continued from its checkpoint
+    assert study_files(out) == sequential_study and leftovers(out) == []
+
+
+def test_an_address_where_no_ray_answers_is_a_one_line_error_within_a_minute(tmp_path, data_options, capsys):
+    out = tmp_path / "study"
+    started = time.monotonic()
+    line = one_line_error(capsys, cli.main(study_argv(out, data_options, "--executor", "ray", "--ray-address",
+                                                      f"127.0.0.1:{free_port()}")))
+    assert time.monotonic() - started < 60
+    assert "no Ray cluster answers there" in line and not out.exists()
+
+
+def test_without_ray_the_error_says_how_to_install_it(tmp_path, data_options):
+    out = tmp_path / "study"
+    code = ("import sys; sys.modules['ray'] = None\n"  # an import of ray fails as it does where it is missing
+            "from tinygrad_caps.models import cli\n"
+            f"sys.exit(cli.main({study_argv(out, data_options, '--executor', 'ray')!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "tinygrad-caps study: error: --executor ray needs Ray, which is not installed: "
+        "pip install -e \".[cluster]\" (or pip install \"ray[default]\")"]
+    assert not out.exists()
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path):
+    """A Ray cluster of two nodes on this machine (a head and a worker, one CPU each); its address."""
+    port = free_port()
+    ray_command("stop", "--force", check=False)
+    ray_command("start", "--head", f"--port={port}", "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false",
+                "--disable-usage-stats")
+    try:
+        ray_command("start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--num-gpus=0", "--disable-usage-stats")
+        yield f"127.0.0.1:{port}"
+    finally:
+        ray_command("stop", "--force", check=False)
+
+
+def test_a_two_node_cluster_gives_the_files_of_the_sequential_study(tmp_path, data_options, sequential_study, two_node_cluster,
+                                                                  capsys):
+    out = tmp_path / "study"
+    assert cli.main(study_argv(out, data_options, "--executor", "ray", "--ray-address", two_node_cluster,
+                               "--threads-per-run", "1")) == 0
+    assert study_files(out) == sequential_study and leftovers(out) == []
+    assert (out / "study.token").exists()
+
+
+def _can_unshare():
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs unshare -m (root) to give the driver a folder no node sees")
+def test_a_study_folder_the_nodes_cannot_see_is_a_one_line_error_with_nothing_created(tmp_path, data_options,
+                                                                                    two_node_cluster):
+    # The driver runs in a mount namespace of its own, with a tmpfs over `private`: the Ray nodes, started
+    # outside it, see an empty folder there, as a node without the shared volume would.
+    private = tmp_path / "private"
+    private.mkdir()
+    argv = study_argv(private / "study", data_options, "--executor", "ray", "--ray-address", two_node_cluster)
+    script = (f"mount -t tmpfs none {private} && {sys.executable} -m tinygrad_caps.models.cli "
+              + " ".join(json.dumps(a) for a in argv) + f"; status=$?; ls -A {private}; exit $status")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"cannot see the study folder {private / 'study'}" in line and line.startswith("tinygrad-caps study: error: node ")
+    assert "must be on storage every node sees" in line
+    assert done.stdout.strip() == ""  # nothing created in the driver's folder either
+    assert list(private.iterdir()) == []
