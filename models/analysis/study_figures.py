@@ -6,6 +6,12 @@ Each curve panel has its own legend under it, where a configuration whose curve 
 earlier one's (equal where shown, ``figure_style.coinciding_labels``) is marked "(= EARLIER)": the
 later curve is drawn over the earlier, wider one. A configuration a panel does not draw is named in
 the panel with the reason, and a panel with nothing to draw says why.
+
+Both accuracy panels (the means and the learning curves) draw the chance level, 1 / the number of
+classes (``summary["classes"]``), as a dotted line labelled "chance (1/10)". An accuracy lies in
+[0, 1], so a mean's interval is drawn clipped to [0, 1] (a Student-t interval of 2 or 3 seeds can
+reach beyond it); where it is clipped, a triangle marks the clipped end and the legend says
+"interval clipped to [0, 1]".
 """
 from __future__ import annotations
 
@@ -33,6 +39,9 @@ FLOOR_LABELS = {"mode_cosine": "< 1e-12: identical, to rounding (drawn on this f
 ZERO_TEXTS = {"mode_cosine": "1 - cos < 1e-12 everywhere:\nthe gradients are identical, to rounding",
               "t_score": "T = 0 everywhere: uniform couplings", "lowest_grad_norm": "all gradients are zero"}
 COLUMNS = 2
+ACCURACY_RANGE = (0.0, 1.0)  # where an accuracy, and so the drawn part of its interval, lies
+CLIPPED_LABEL = "interval clipped to [0, 1]"
+CHANCE_STYLE = dict(color="0.35", linestyle=":", linewidth=1.5)
 LEGEND_COLUMN_CHARACTERS = 26  # legend labels up to this long go two to a row under a panel
 FONTS = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 10,
          "xtick.labelsize": 10, "ytick.labelsize": 10}
@@ -98,16 +107,24 @@ def _nothing_yet(summary: dict) -> str:
 
 
 def _accuracy_panel(ax, summary: dict) -> None:
-    """Each configuration's mean with its 95% interval and its seeds' values, one row each; a
-    configuration without a finished run says so on its row."""
+    """Each configuration's mean with its 95% interval (clipped to [0, 1], a triangle at a clipped
+    end) and its seeds' values, one row each, and the chance level; a configuration without a
+    finished run says so on its row. The legend under the panel names the chance line and, only
+    where an interval was clipped, the clipping."""
     rows = summary["rows"]
     finished = [row for row in rows if row["mean"] is not None]
+    clipped_any = False
     for k, row in enumerate(rows):
         if row["mean"] is None:
             continue
         low, high = row["ci95"] if row["ci95"] is not None else (row["mean"], row["mean"])
-        ax.errorbar([row["mean"]], [k], xerr=[[row["mean"] - low], [high - row["mean"]]], fmt="o", color="C0",
-                    capsize=3)
+        (low, high), ends = clipped_interval(low, high)
+        ax.errorbar([row["mean"]], [k], xerr=[[max(0.0, row["mean"] - low)], [max(0.0, high - row["mean"])]],
+                    fmt="o", color="C0", capsize=3)
+        for end in ends:
+            ax.plot([end], [k], "<" if end == ACCURACY_RANGE[0] else ">", color="C3", markersize=8, linestyle="none",
+                    label="_nolegend_" if clipped_any else CLIPPED_LABEL)
+            clipped_any = True
         ax.plot(row["values"], [k] * len(row["values"]), "x", color="0.4", markersize=6)
     ax.set(yticks=range(len(rows)), yticklabels=[row["config_id"] for row in rows], xlabel=summary["metric"],
            title="mean, 95% interval (t), seeds (x)")
@@ -116,10 +133,39 @@ def _accuracy_panel(ax, summary: dict) -> None:
         ax.set_xlim(0, 1)
         say_all_zero(ax, _nothing_yet(summary))
         return
+    _chance_line(ax, summary, vertical=True)
     for k, row in enumerate(rows):
         if row["mean"] is None:
             ax.text(0.02, k, "no finished run", transform=ax.get_yaxis_transform(), va="center", fontsize=10,
                     color="0.3", style="italic")
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=3.6, ncol=2, frameon=False)
+
+
+def clipped_interval(low: float, high: float):
+    """An accuracy's interval clipped to [0, 1]: ((low, high) clipped, the clipped ends: the bounds,
+    0.0 and/or 1.0, where the interval reached beyond them; empty where nothing was clipped)."""
+    bottom, top = ACCURACY_RANGE
+    ends = ([bottom] if low < bottom else []) + ([top] if high > top else [])
+    return (min(max(low, bottom), top), max(min(high, top), bottom)), ends
+
+
+def chance_level(summary: dict):
+    """(1 / classes, "chance (1/classes)") of a summary with a number of classes, else None."""
+    classes = summary.get("classes")
+    if not isinstance(classes, int) or isinstance(classes, bool) or classes < 1:
+        return None
+    return 1.0 / classes, f"chance (1/{classes})"
+
+
+def _chance_line(ax, summary: dict, vertical: bool) -> None:
+    """The chance level as a dotted line across an accuracy panel (vertical where the accuracy is
+    the x axis), labelled for the legend; nothing where the summary has no number of classes."""
+    chance = chance_level(summary)
+    if chance is None:
+        return
+    level, label = chance
+    (ax.axvline if vertical else ax.axhline)(level, label=label, zorder=1, **CHANCE_STYLE)
 
 
 def _learning_panel(ax, summary: dict) -> None:
@@ -133,6 +179,8 @@ def _learning_panel(ax, summary: dict) -> None:
             missing.append((row["config_id"], "no finished run"))
     for (x, values, _, style), label in zip(series, coinciding_labels(series)):
         ax.plot(x, [math.nan if v is None else v for v in values], label=label, **style)
+    if series:
+        _chance_line(ax, summary, vertical=False)
     ax.set(xlabel="epoch", ylabel=f"{metric} (mean over seeds)", title="learning curves")
     integer_ticks(ax.xaxis)
     _finish(ax, summary, series, missing)
