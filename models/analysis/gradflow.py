@@ -11,7 +11,7 @@ import numpy as np
 import tinygrad_caps as tc
 from tinygrad_caps.backend import to_numpy
 
-from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
+from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
 from ..capsnet.routing import GRADIENT_MODES, gradient_mode_refusal
 from .routing_statistics import layer_statistics, network_scores
 
@@ -88,11 +88,11 @@ def _substituted_parameter(model, dotted_name: str, tensor):
 
 
 def batch_loss(model, x, labels, reconstruction_weight=DEFAULT_RECONSTRUCTION_WEIGHT, return_trace=False):
-    """The training loss of one batch (margin loss in the model's convention + weighted reconstruction,
-    decoder masked by the labels); with ``return_trace`` also the model's routing traces."""
+    """The training loss of one batch (``model.loss``: the class loss of the model's recipe, the margin
+    loss in its convention under the common one, + weighted reconstruction, decoder masked by the
+    labels); with ``return_trace`` also the model's routing traces."""
     outputs = model(x, labels, return_trace=return_trace)
-    loss = capsule_loss(outputs.lengths, outputs.reconstruction, x, labels, reconstruction_weight,
-                        convention=model.config.conventions)
+    loss = model.loss(outputs, x, labels, reconstruction_weight)
     return (loss, outputs.traces) if return_trace else loss
 
 

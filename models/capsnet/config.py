@@ -22,7 +22,9 @@ import numpy as np
 
 from .decoders import DECODERS
 from .initialization import CAPSULE_INITS
-from .routing import GRADIENT_MODES, routing_names
+from .recipes import (CLASS_LOSSES, FROM_RECIPE, INPUT_ACTIVATIONS, INVERSE_TEMPERATURE_RANGE, PARTS, RECIPES,
+                      Recipe, RecipePartError, checked_inverse_temperature, resolve)
+from .routing import GRADIENT_MODES, routing_names, routing_recipe, routing_traits
 from .squash import DEFAULT_SQUASH_EPS, SQUASHES
 
 CONVENTIONS = ("paper", "official")
@@ -95,6 +97,12 @@ def capsule_layers(help: str):
     return _option((), "capsule_layers", help)
 
 
+def schedule(default, help: str, names: tuple, low: float, high: float):
+    """A number in [low, high) for every routing iteration, one such number per iteration (a list),
+    or one of ``names`` (text such as "paper")."""
+    return _option(default, "schedule", help, names=names, low=low, high=high)
+
+
 class OptionError(ValueError):
     """A bad option value: ``field`` names the option, ``reason`` says what is wrong."""
 
@@ -145,6 +153,8 @@ def checked_value(field: dataclasses.Field, value):
         if not isinstance(value, str) or value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}, got {_shown(value)}")
         return value
+    if kind == "schedule":
+        return checked_inverse_temperature(value)
     if kind == "ints":
         if isinstance(value, str) or not hasattr(value, "__len__") or len(value) != meta["length"]:
             raise ValueError(f"must be {meta['length']} positive integers, got {_shown(value)}")
@@ -295,18 +305,49 @@ class CapsNetConfig(ModelConfig):
                               "the paper's equations or the official code's biases, initialization and margin "
                               "scaling")
     leaky_routing: bool = flag(False, "an extra zero logit in the routing softmax (\"none of the above\")")
-    squash: str = choice("sabour", tuple(SQUASHES),
+    squash: str = choice(FROM_RECIPE, (FROM_RECIPE, *SQUASHES),
                          "the capsule nonlinearity of every capsule layer: Sabour et al.'s (cubic near 0, zero "
-                         "slope there), Peer et al.'s code's (linear near 0) or Mazzia et al.'s (efficient)")
+                         "slope there), Peer et al.'s code's (linear near 0) or Mazzia et al.'s (efficient); "
+                         "recipe: the recipe's (sabour under common)")
     squash_eps: float = number(DEFAULT_SQUASH_EPS, "the squash's epsilon (Peer et al.'s capsnet-limitations uses "
                                                    "1e-8, gamma-capsule-network 1e-12)", low=1e-30, high=1.0)
-    em_inverse_temperature: float = number(
-        1e-3, "EM routing's inverse temperature lambda (--routing em): its cost sums over the input capsules and "
-              "pose values, so lambda = 1 saturates the activations (a = 1, no gradient) at the start",
-        low=1e-9, high=1e3)
-    capsule_init: str = choice("default", tuple(CAPSULE_INITS),
-                               "the routing layers' initial weights and biases: the model's own, or Peer et al.'s "
-                               "code's (weights N(0, 0.2), biases 0.1)")
+    em_inverse_temperature: object = schedule(
+        FROM_RECIPE, "EM routing's inverse temperature lambda (--routing em; other routings take one number and "
+                     "ignore it): paper is Hinton et al.'s 0.01 (1 - 0.95^(r+1)) at iteration r, recipe the "
+                     "recipe's (1e-3 under common, paper under authors); the cost sums over the input capsules and "
+                     "pose values, so lambda = 1 saturates the activations (a = 1, no gradient) at the start",
+        (FROM_RECIPE, "paper"), *INVERSE_TEMPERATURE_RANGE)
+    capsule_init: str = choice(FROM_RECIPE, (FROM_RECIPE, *CAPSULE_INITS),
+                               "the routing layers' initial weights and biases: the model's own (default), Peer et "
+                               "al.'s code's (weights N(0, 0.2), biases 0.1), Efficient-CapsNet's (he-normal) or "
+                               "SR-CapsNet's (kaiming-uniform); recipe: the recipe's (default under common)")
+    recipe: str = choice("common", RECIPES,
+                         "the parts around the routing: common (the same for every routing: lengths as input "
+                         "activations, margin loss, default init, Sabour's squash, lambda 1e-3) or authors (the "
+                         "routing's authors' own, docs/routing.md); --input-activations, --class-loss, "
+                         "--capsule-init, --squash and --em-inverse-temperature set one part each and win")
+    input_activations: str = choice(FROM_RECIPE, (FROM_RECIPE, *INPUT_ACTIVATIONS),
+                                    "the input activations of the first routing layer where its routing reads them "
+                                    "(em, self-routing): the primary capsules' lengths, or learned (a sigmoid of a "
+                                    "batch-normed convolution beside PrimaryCaps); recipe: the recipe's")
+    class_loss: str = choice(FROM_RECIPE, (FROM_RECIPE, *CLASS_LOSSES),
+                             "the loss on the class scores: margin (Sabour et al.), spread (Hinton et al. 2018, its "
+                             "margin from 0.2 to 0.9 over the run's steps) or nll (-log of the target's score, for "
+                             "self-routing's scores, which sum to 1); recipe: the recipe's (margin under common)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.recipe_parts()  # a part that does not apply to the routing: an OptionError naming it
+
+    def recipe_parts(self) -> Recipe:
+        """The five parts the model uses (``recipes.PARTS``): each part set here, the others the
+        recipe's (``recipe``: "common", or "authors": the routing's registered recipe). OptionError
+        naming the part where one does not apply to the routing."""
+        try:
+            return resolve(self.recipe, {part: getattr(self, part) for part in PARTS}, routing_recipe(self.routing),
+                           routing_traits(self.routing), self.routing_iterations)
+        except RecipePartError as exc:
+            raise OptionError(type(self).__name__, exc.part, exc.reason) from None
 
 
 @dataclass(frozen=True)

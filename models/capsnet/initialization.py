@@ -9,8 +9,18 @@ its CLI choices are derived from this table.
                with the paper's conventions, the official code's values with ``conventions="official"``.
     "peer"     Peer et al.'s code (peerdavid/capsnet-limitations, ``capsule/capsule_layer.py``
                ``Capsule.__init__``): weights N(0, 0.2) (``stdev=0.2``) and every bias 0.1.
+    "he-normal"  Efficient-CapsNet's (Mazzia et al. 2021, ``utils/layers.py`` ``FCCaps``: Keras'
+               ``he_normal``): a normal truncated at 2 standard deviations, std sqrt(2 / fan_in) /
+               0.8796 (Keras' correction for the truncation), fan_in Keras' for their W (J, I, K, D):
+               I J K, all but the output pose size; in our layout (I, J, D, K) the product of all
+               sizes but D. Biases as the model built them.
+    "kaiming-uniform"  SR-CapsNet's (Hahn et al. 2019, ``modules.py``: PyTorch's
+               ``kaiming_uniform_`` of their W (I, J*D, K)): U(-b, b), b = sqrt(6 / fan_in), fan_in
+               PyTorch's for that layout: J D K. Biases as the model built them.
 """
 from __future__ import annotations
+
+import math
 
 from tinygrad_caps import nn
 
@@ -30,4 +40,37 @@ def peer_initialization(routing_layers) -> None:
             nn.init.constant_(layer.bias, PEER_BIAS)
 
 
-CAPSULE_INITS = {"default": keep_initialization, "peer": peer_initialization}
+# Keras' VarianceScaling(truncated_normal) divides by the standard deviation of a unit normal cut at +-2.
+KERAS_TRUNCATION_STD = 0.87962566103423978
+
+
+def he_normal_std(weight_shape) -> float:
+    """The standard deviation (before the truncation) Keras' he_normal gives a routing weight (I, J, D, K):
+    sqrt(2 / (I J K)) / 0.8796."""
+    in_caps, out_caps, _, in_dim = weight_shape
+    return math.sqrt(2.0 / (in_caps * out_caps * in_dim)) / KERAS_TRUNCATION_STD
+
+
+def kaiming_uniform_bound(weight_shape) -> float:
+    """The bound b of PyTorch's kaiming_uniform_ for SR-CapsNet's W (I, J*D, K), that is of a
+    routing weight (I, J, D, K): sqrt(6 / (J D K))."""
+    _, out_caps, out_dim, in_dim = weight_shape
+    return math.sqrt(6.0 / (out_caps * out_dim * in_dim))
+
+
+def he_normal_initialization(routing_layers) -> None:
+    """Every routing layer's weight from Keras' he_normal, as Efficient-CapsNet's FCCaps draws it."""
+    for _, layer in routing_layers:
+        std = he_normal_std(layer.weight.shape)
+        nn.init.trunc_normal_(layer.weight, 0.0, std, -2 * std, 2 * std)
+
+
+def kaiming_uniform_initialization(routing_layers) -> None:
+    """Every routing layer's weight from PyTorch's kaiming_uniform_, as SR-CapsNet draws its W."""
+    for _, layer in routing_layers:
+        bound = kaiming_uniform_bound(layer.weight.shape)
+        nn.init.uniform_(layer.weight, -bound, bound)
+
+
+CAPSULE_INITS = {"default": keep_initialization, "peer": peer_initialization, "he-normal": he_normal_initialization,
+                 "kaiming-uniform": kaiming_uniform_initialization}

@@ -1,4 +1,7 @@
-"""CapsNet's losses: the margin loss on capsule lengths and the reconstruction loss."""
+"""CapsNet's losses: the class losses on the class scores (the margin loss on capsule lengths, the
+spread loss, the negative log-likelihood), the reconstruction loss, and the training loss a recipe
+makes of them (``training_loss``). Every one is built from engine ops, so the engine derives its
+gradients (and their gradients)."""
 from __future__ import annotations
 
 import numpy as np
@@ -86,3 +89,93 @@ def capsule_loss(lengths, reconstruction, images, labels,
     recon = reconstruction_loss(reconstruction, images)
     loss = F.mean(margin + reconstruction_weight * recon)
     return (loss, margin, recon) if return_terms else loss
+
+
+# The spread loss's margin schedule (Hinton et al. 2018, section 3.1: "we start with a small margin of
+# 0.2 and linearly increase it during training to 0.9"): m = 0.2 + 0.7 * progress, progress the
+# share of the run's training steps done (0 at the first step, 1 at the end; the Trainer sets it).
+SPREAD_MARGIN_START = 0.2
+SPREAD_MARGIN_END = 0.9
+NLL_EPS = 1e-12  # under the log of nll_loss: a score that underflowed to 0 costs -log(1e-12), not inf
+
+
+def spread_margin(progress: float) -> float:
+    """The spread loss's margin at ``progress`` (the share of the run's training steps done, clipped
+    to [0, 1]): 0.2 + 0.7 * progress, from 0.2 at the start to 0.9 at the end."""
+    progress = min(1.0, max(0.0, float(progress)))
+    return SPREAD_MARGIN_START + (SPREAD_MARGIN_END - SPREAD_MARGIN_START) * progress
+
+
+def _class_targets(name: str, scores, labels):
+    if scores.ndim != 2:
+        raise ValueError(f"{name}: expected class scores (B, K), got shape {scores.shape}")
+    y = _label_array(labels, scores.data)
+    if y.shape != scores.shape[:1]:
+        raise ValueError(f"{name}: labels of shape {tuple(y.shape)} do not fit scores {scores.shape}")
+    return F.one_hot(y, scores.shape[1], dtype=scores.dtype)
+
+
+def spread_loss(scores, labels, margin: float = SPREAD_MARGIN_END) -> Tensor:
+    """Per-example spread loss (Hinton, Sabour & Frosst 2018, eq. 3): sum over the classes i other
+    than the target t of max(0, margin - (a_t - a_i))^2.
+
+    Args:
+        scores: (B, K) class scores a (EM routing's output activations, or capsule lengths).
+        labels: (B,) integer classes. margin: m (``spread_margin`` gives the schedule's).
+    Returns:
+        (B,) loss per example (its batch mean is the batch loss, as IBM's code takes it).
+    """
+    target = _class_targets("spread_loss", scores, labels)
+    a_target = F.sum(scores * target, axis=1, keepdims=True)
+    gap = F.relu(margin - (a_target - scores))
+    return F.sum((1 - target) * gap * gap, axis=1)
+
+
+def nll_loss(scores, labels, eps: float = NLL_EPS) -> Tensor:
+    """Per-example negative log-likelihood of the target's score: -log(a_t + eps), as SR-CapsNet
+    trains self-routing (``NLLLoss`` on ``log a_out``; their scores sum to 1 over the classes).
+
+    Args:
+        scores: (B, K) class scores in (0, 1]. labels: (B,) integer classes. eps: under the log.
+    Returns:
+        (B,) loss per example.
+    """
+    target = _class_targets("nll_loss", scores, labels)
+    return -F.sum(target * F.log(scores + eps), axis=1)
+
+
+CLASS_LOSSES = ("margin", "spread", "nll")
+
+
+def class_loss(scores, labels, kind: str = "margin", convention: str = "paper",
+               margin: float = SPREAD_MARGIN_END) -> Tensor:
+    """Per-example class loss ``kind`` on the class scores (B, K): "margin" (``margin_loss`` in
+    ``convention``), "spread" (``spread_loss`` with ``margin``) or "nll" (``nll_loss``); returns (B,)."""
+    if kind == "margin":
+        return margin_loss(scores, labels, convention=convention)
+    if kind == "spread":
+        return spread_loss(scores, labels, margin)
+    if kind == "nll":
+        return nll_loss(scores, labels)
+    raise ValueError(f"class_loss: kind must be one of {', '.join(CLASS_LOSSES)}, got {kind!r}")
+
+
+def training_loss(scores, reconstruction, images, labels, kind: str = "margin",
+                  reconstruction_weight: float = DEFAULT_RECONSTRUCTION_WEIGHT, convention: str = "paper",
+                  margin: float = SPREAD_MARGIN_END, return_terms: bool = False):
+    """Batch mean of class_loss (``kind``) + reconstruction_weight * reconstruction_loss: a recipe's
+    training loss, a scalar Tensor. ``kind="margin"`` is ``capsule_loss`` itself (the same ops).
+
+    Args:
+        scores: (B, K) class scores. reconstruction: (B, P). images: (B, ...) with P pixels.
+        labels: (B,) integers. kind, convention, margin: as ``class_loss`` takes them.
+    Returns:
+        The loss; with ``return_terms``, ``(loss, class term (B,), reconstruction term (B,))``.
+    """
+    if kind == "margin":
+        return capsule_loss(scores, reconstruction, images, labels, reconstruction_weight, convention=convention,
+                            return_terms=return_terms)
+    per_example = class_loss(scores, labels, kind, convention, margin)
+    recon = reconstruction_loss(reconstruction, images)
+    loss = F.mean(per_example + reconstruction_weight * recon)
+    return (loss, per_example, recon) if return_terms else loss

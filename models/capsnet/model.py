@@ -2,7 +2,6 @@
 and a reconstruction decoder. Sizes derive from the arguments; the defaults are the paper's."""
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 
@@ -14,6 +13,9 @@ from .config import CapsNetConfig, keyword_signature
 from .decoders import decoder_parameter_count, make_decoder
 from .image_batch import image_batch
 from .initialization import CAPSULE_INITS
+from .losses import DEFAULT_RECONSTRUCTION_WEIGHT, spread_margin, training_loss
+from .primary_activations import PrimaryActivations
+from .recipes import inverse_temperature_schedule
 from .routing import (LENGTH_EPS, CapsuleLayer, DigitCaps, EMRoutingLayer, capsule_lengths, routing_layer,
                       routing_parameter_count)
 from .squash import squash_function
@@ -136,33 +138,47 @@ class CapsNet(nn.Module):
         squash, squash_eps: the nonlinearity of PrimaryCaps and every routing layer, by name
             (``squash.SQUASHES``: "sabour", the paper's, or "peer", Peer et al.'s code's, linear near 0).
         capsule_init: how the routing layers start (``initialization.CAPSULE_INITS``): "default" (as
-            above) or "peer" (Peer et al.'s code: weights N(0, 0.2), biases 0.1), applied after the
-            conventions' initialization.
+            above), "peer" (Peer et al.'s code: weights N(0, 0.2), biases 0.1), "he-normal"
+            (Efficient-CapsNet's) or "kaiming-uniform" (SR-CapsNet's), applied after the conventions'
+            initialization.
+        recipe: the parts around the routing (``recipes.py``; ``recipe_parts``): "common" (every routing
+            alike, the model as it was before recipes) or "authors" (the routing's authors' own); the
+            parts ``input_activations`` ("lengths", or "learned": ``primary_activations``, a sigmoid of a
+            batch-normed convolution beside PrimaryCaps, the first routing layer's input activations),
+            ``class_loss`` (what ``loss`` computes), ``capsule_init``, ``squash`` and
+            ``em_inverse_temperature`` (a number, one per iteration or "paper") may each be set, and
+            win; their default "recipe" takes the recipe's.
+
+    ``loss(output, images, labels)`` is the recipe's training loss; a spread loss reads its margin's
+    schedule from ``training_progress`` (the share of the run's steps done, which the Trainer sets
+    before every step; 1.0, the final margin 0.9, for a model that is not training).
     """
+
+    training_progress = 1.0
 
     def __init__(self, config: CapsNetConfig | dict | None = None, **overrides):
         """``config`` (a CapsNetConfig, or its dict form; default: the paper's network) with ``overrides``
         (CapsNetConfig's fields as keywords, e.g. ``CapsNet(routing_iterations=1)``) applied."""
         super().__init__()
-        self.config = CapsNetConfig.resolved(config, **overrides)
-        (in_channels, image_size, num_classes, routing_iterations, routing_gradient, decoder, conv1_channels,
-         primary_types, primary_dim, digit_dim, kernel_size, hidden_capsules, capsule_bias, routing, conventions,
-         leaky_routing, squash, squash_eps, em_inverse_temperature, capsule_init) = (getattr(self.config, f.name)
-                                                             for f in dataclasses.fields(CapsNetConfig))
+        self.config = c = CapsNetConfig.resolved(config, **overrides)
+        self.recipe_parts = parts = c.recipe_parts()
+        in_channels, image_size, num_classes, kernel_size = c.in_channels, c.image_size, c.num_classes, c.kernel_size
+        primary_types, primary_dim, conv1_channels = c.primary_types, c.primary_dim, c.conv1_channels
+        hidden_capsules, routing, leaky_routing = c.hidden_capsules, c.routing, c.leaky_routing
         conv1_size, primary_size = feature_map_sizes(image_size, kernel_size)
         if conv1_size < 1 or primary_size < 1:
             raise ValueError(f"CapsNet: image_size {image_size} is too small for two {kernel_size}x{kernel_size} convolutions")
-        official = conventions == "official"
+        official = c.conventions == "official"
         self.num_primary = primary_types * primary_size * primary_size
         self.conv1 = nn.Conv2d(in_channels, conv1_channels, kernel_size)
         # The official PrimaryCaps is a capsule layer with one routing iteration: its c = softmax(0)
         # over the capsule types (plus the leak) multiplies the convolution before the bias.
         primary_coupling = 1.0 / (primary_types + (1 if leaky_routing else 0)) if official else 1.0
-        nonlinearity = squash_function(squash, squash_eps)
+        nonlinearity = squash_function(parts.squash, c.squash_eps)
         self.primary = PrimaryCaps(conv1_channels, primary_types, primary_dim, kernel_size, stride=2,
                                    coupling=primary_coupling, squash=nonlinearity)
-        layer_options = dict(iterations=routing_iterations, gradient=routing_gradient, bias=capsule_bias or official,
-                             leaky_routing=leaky_routing, squash=nonlinearity)
+        layer_options = dict(iterations=c.routing_iterations, gradient=c.routing_gradient,
+                             bias=c.capsule_bias or official, leaky_routing=leaky_routing, squash=nonlinearity)
         in_caps, in_dim = self.num_primary, primary_dim
         self.hidden = nn.Sequential(*[routing_layer(routing, in_caps if k == 0 else hidden_capsules[k - 1][0],
                                                     in_dim if k == 0 else hidden_capsules[k - 1][1],
@@ -171,16 +187,20 @@ class CapsNet(nn.Module):
         if hidden_capsules:
             in_caps, in_dim = hidden_capsules[-1]
         if routing in ("dynamic", "uniform"):
-            self.digit = DigitCaps(in_caps, in_dim, num_classes, digit_dim, routing=routing, **layer_options)
+            self.digit = DigitCaps(in_caps, in_dim, num_classes, c.digit_dim, routing=routing, **layer_options)
         else:
-            self.digit = routing_layer(routing, in_caps, in_dim, num_classes, digit_dim, **layer_options)
-        self.decoder = make_decoder(decoder, num_classes * digit_dim, in_channels, image_size)
+            self.digit = routing_layer(routing, in_caps, in_dim, num_classes, c.digit_dim, **layer_options)
+        self.decoder = make_decoder(c.decoder, num_classes * c.digit_dim, in_channels, image_size)
+        # made last, so that the other layers draw the same initial values with either input activations
+        self.primary_activations = (PrimaryActivations(conv1_channels, primary_types, kernel_size, stride=2)
+                                    if parts.input_activations == "learned" else None)
+        lambdas = inverse_temperature_schedule(parts.em_inverse_temperature, c.routing_iterations)
         for _, layer in self.routing_layers():
             if isinstance(layer, EMRoutingLayer):
-                layer.inverse_temperature = em_inverse_temperature
+                layer.inverse_temperature = lambdas if len(set(lambdas)) > 1 else lambdas[0]
         if official:
             self._official_initialization()
-        CAPSULE_INITS[capsule_init](self.routing_layers())
+        CAPSULE_INITS[parts.capsule_init](self.routing_layers())
 
     @classmethod
     def from_config(cls, config: CapsNetConfig) -> "CapsNet":
@@ -195,6 +215,8 @@ class CapsNet(nn.Module):
         for name, p in self.named_parameters():
             if name.startswith("decoder.") and self.config.decoder != "fc":
                 continue  # the official code has only the fully connected decoder
+            if name.startswith("primary_activations."):
+                continue  # nor learned input activations
             if name.endswith("bias"):
                 nn.init.constant_(p, 0.1)
             else:
@@ -214,6 +236,8 @@ class CapsNet(nn.Module):
         bias = c.capsule_bias or c.conventions == "official"
         count = (nn.Conv2d.parameter_count(c.in_channels, c.conv1_channels, c.kernel_size)
                  + PrimaryCaps.parameter_count(c.conv1_channels, c.primary_types, c.primary_dim, c.kernel_size))
+        if c.recipe_parts().input_activations == "learned":
+            count += PrimaryActivations.parameter_count(c.conv1_channels, c.primary_types, c.kernel_size)
         layers = [(c.primary_types * primary_size * primary_size, c.primary_dim), *c.hidden_capsules,
                   (c.num_classes, c.digit_dim)]
         for (in_caps, in_dim), (out_caps, out_dim) in zip(layers, layers[1:]):
@@ -244,8 +268,10 @@ class CapsNet(nn.Module):
             All of it as a CapsNetOutput (see there for how it unpacks).
         """
         x = image_batch(x, self.config, self.digit.weight.dtype, "CapsNet")
-        u = self.primary(F.relu(self.conv1(x)))
-        activations, traces = None, []
+        features = F.relu(self.conv1(x))
+        u = self.primary(features)
+        activations = None if self.primary_activations is None else self.primary_activations(features)
+        traces = []
         for name, layer in self.routing_layers():
             routed = layer.route(u, activations, trace=return_trace or (return_coupling and name == "digit"))
             u, activations = routed.poses, routed.activations
@@ -262,6 +288,31 @@ class CapsNet(nn.Module):
         mask = F.one_hot(chosen, self.config["num_classes"], dtype=x.dtype)
         reconstruction = self.decoder(F.reshape(v * F.expand_dims(mask, -1), (x.shape[0], -1)))
         return CapsNetOutput(v, lengths, reconstruction, couplings, traces if return_trace else None)
+
+    @property
+    def loss_follows_progress(self) -> bool:
+        """Whether ``loss`` changes with ``training_progress`` (the spread loss's margin schedule)."""
+        return self.recipe_parts.class_loss == "spread"
+
+    def loss(self, output, images, labels, reconstruction_weight: float = DEFAULT_RECONSTRUCTION_WEIGHT, *,
+             progress: float | None = None, return_terms: bool = False):
+        """The recipe's training loss of one batch: the batch mean of the class loss (``class_loss``:
+        the margin loss in the model's ``conventions``, the spread loss, or the NLL) on the class
+        scores plus ``reconstruction_weight`` times the reconstruction loss; for the common recipe
+        exactly ``capsule_loss``.
+
+        Args:
+            output: what ``forward`` returned (a CapsNetOutput: ``lengths`` (B, K), ``reconstruction``
+                (B, C*H*W)). images: (B, C, H, W), a Tensor or array. labels: (B,) integer classes.
+            progress: the share of the run's steps done, in [0, 1], for the spread loss's margin
+                0.2 + 0.7 progress (default ``training_progress``).
+        Returns:
+            A scalar Tensor; with ``return_terms``, ``(loss, class loss (B,), reconstruction loss (B,))``.
+        """
+        margin = spread_margin(self.training_progress if progress is None else progress)
+        return training_loss(output.lengths, output.reconstruction, images, labels, self.recipe_parts.class_loss,
+                             reconstruction_weight, convention=self.config.conventions, margin=margin,
+                             return_terms=return_terms)
 
 
 CapsNet.__init__.__signature__ = keyword_signature(CapsNetConfig)

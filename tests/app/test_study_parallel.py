@@ -35,7 +35,8 @@ def wait_for(predicate, seconds=120.0):
         time.sleep(0.05)
 
 
-def test_two_jobs_give_the_files_of_the_sequential_study_and_each_run_its_train_log(tmp_path, data_options, sequential_study, capsys):
+def test_two_jobs_give_the_files_of_the_sequential_study_and_each_run_its_train_log(
+        tmp_path, data_options, sequential_study, capsys):
     out = tmp_path / "study"
     assert cli.main(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1")) == 0
     assert study_files(out) == sequential_study
@@ -48,7 +49,8 @@ def test_two_jobs_give_the_files_of_the_sequential_study_and_each_run_its_train_
     assert leftovers(out) == []
 
 
-def test_a_run_process_killed_mid_epoch_is_started_again_and_ends_as_if_never_killed(tmp_path, data_options, sequential_study, capsys, monkeypatch):
+def test_a_run_process_killed_mid_epoch_is_started_again_and_ends_as_if_never_killed(
+        tmp_path, data_options, sequential_study, capsys, monkeypatch):
     out, marker = tmp_path / "study", tmp_path / "killed-once"
     monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH", "optimizer-step@2:KILL")  # the 2nd batch of epoch 1
     monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH_ONCE", str(marker))
@@ -60,7 +62,8 @@ def test_a_run_process_killed_mid_epoch_is_started_again_and_ends_as_if_never_ki
     assert study_files(out) == sequential_study and leftovers(out) == []
 
 
-def test_a_run_killed_more_often_than_max_retries_is_reported_and_resume_finishes_it(tmp_path, data_options, sequential_study, capsys, monkeypatch):
+def test_a_run_killed_more_often_than_max_retries_is_reported_and_resume_finishes_it(
+        tmp_path, data_options, sequential_study, capsys, monkeypatch):
     out = tmp_path / "study"
     monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH", "optimizer-step@2:KILL")  # every process of every run
     assert cli.main(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--max-retries", "1")) == 1
@@ -117,7 +120,8 @@ def test_a_run_held_by_another_live_process_is_not_trained_twice(tmp_path, data_
         assert cli.main(["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress",
                          "--epochs", "2", *jobs]) == 1
         printed = capsys.readouterr().out
-        assert f"failed: routing1 seed 0: {run_dir} is being trained by another process (pid {holder.pid} on " in printed
+        held = f"{run_dir} is being trained by another process (pid {holder.pid} on "
+        assert f"failed: routing1 seed 0: {held}" in printed
         assert (run_dir / "metrics.jsonl").read_bytes() == before  # never touched
         assert not (run_dir / "failed.json").exists()  # (the run itself has not failed)
         assert json.loads((out / "summary.json").read_text())["runs_finished"] == 5
@@ -126,7 +130,8 @@ def test_a_run_held_by_another_live_process_is_not_trained_twice(tmp_path, data_
         holder.wait()
 
 
-def test_a_killed_driver_takes_its_runs_with_it_and_resume_ends_as_the_sequential_study(tmp_path, data_options, sequential_study):
+def test_a_killed_driver_takes_its_runs_with_it_and_resume_ends_as_the_sequential_study(
+        tmp_path, data_options, sequential_study):
     out = tmp_path / "study"
     first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1"))
     wait_for(lambda: any((out / "runs").glob("*/seed-*/metrics.jsonl")) and
@@ -142,7 +147,24 @@ def test_a_killed_driver_takes_its_runs_with_it_and_resume_ends_as_the_sequentia
     assert study_files(out) == sequential_study and leftovers(out) == []
 
 
-def test_ctrl_c_saves_every_running_run_and_resume_ends_as_the_sequential_study(tmp_path, data_options, sequential_study):
+def test_a_second_driver_of_a_running_study_is_refused_in_one_line_naming_the_first(tmp_path, data_options,
+                                                                                  capsys):
+    out = tmp_path / "study"
+    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1"))
+    try:
+        wait_for(lambda: any((out / "runs").glob("*/seed-*/run.lock")))
+        plan, lock = (out / "study.json").read_bytes(), (out / "study.lock").read_bytes()
+        line = one_line_error(capsys, cli.main(["study", "run", "gradient-modes", "--out", str(out), "--resume",
+                                                "--jobs", "2"]))
+        assert f"{out} is being run by another study run (pid {first.pid} on " in line
+        assert (out / "study.json").read_bytes() == plan and (out / "study.lock").read_bytes() == lock
+    finally:
+        _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+
+
+def test_ctrl_c_saves_every_running_run_and_resume_ends_as_the_sequential_study(
+        tmp_path, data_options, sequential_study):
     out = tmp_path / "study"
     first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--epochs", "2"))
     wait_for(lambda: len(list((out / "runs").glob("*/seed-*/run.lock"))) == 2 and
@@ -160,9 +182,11 @@ def test_ctrl_c_saves_every_running_run_and_resume_ends_as_the_sequential_study(
     assert study_files(out) == sequential_study
 
 
-def test_max_minutes_is_the_whole_study_s_and_resume_ends_as_the_sequential_study(tmp_path, data_options, sequential_study, capsys):
+def test_max_minutes_is_the_whole_study_s_and_resume_ends_as_the_sequential_study(
+        tmp_path, data_options, sequential_study, capsys):
     out = tmp_path / "study"
-    assert cli.main(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--max-minutes", "0.0001")) == 75
+    jobs = ["--jobs", "2", "--threads-per-run", "1"]
+    assert cli.main(study_argv(out, data_options, *jobs, "--max-minutes", "0.0001")) == 75
     printed = capsys.readouterr().out
     assert f"continue with: tinygrad-caps study run gradient-modes --out {out} --resume" in printed
     assert not json.loads((out / "summary.json").read_text())["complete"]
@@ -212,8 +236,45 @@ def _alive(pid):
     (["--ray-address", "127.0.0.1:6379"], "--ray-address: options of --executor ray"),
     (["--max-retries", "-1"], "--max-retries must be at least 0, got -1"),
 ])
-def test_bad_scheduling_options_are_one_line_errors_with_nothing_created(tmp_path, data_options, capsys, extra, message):
+def test_bad_scheduling_options_are_one_line_errors_with_nothing_created(
+        tmp_path, data_options, capsys, extra, message):
     out = tmp_path / "study"
     line = one_line_error(capsys, cli.main(study_argv(out, data_options, *extra)))
     assert message in line
     assert not out.exists()
+
+
+def test_runs_on_gpus_are_placed_on_every_device_and_equal_the_runs_of_one_gpu_at_a_time(tmp_path):
+    # Under the CuPy stand-in with two GPUs (tests/support/cupy_standin): real worker processes, each
+    # told its GPU; the stand-in computes in NumPy, so every GPU gives the same numbers.
+    from standin import launch_standin
+    from study_helpers import study_data
+
+    data = study_data(tmp_path / "data")
+    cli_command = [sys.executable, "-m", "tinygrad_caps.models.cli"]
+    shared = study_argv(tmp_path / "x", data, "--device", "cuda", "--cuda-graph", "off")[5:]  # (without --out DIR)
+    placed = launch_standin([*cli_command, "study", "run", "gradient-modes", "--out", str(tmp_path / "placed"),
+                             *shared, "--runs-per-device", "2", "--threads-per-run", "1"], devices=2)
+    assert placed.returncode == 0, placed.stderr[-3000:]
+    one = launch_standin([*cli_command, "study", "run", "gradient-modes", "--out", str(tmp_path / "one"), *shared,
+                          "--devices", "cuda:1", "--threads-per-run", "1"], devices=2)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert study_files(tmp_path / "placed") == study_files(tmp_path / "one")
+    def devices(out):
+        return {json.loads(p.read_text())["device"] for p in out.glob("runs/*/seed-*/config.json")}
+
+    assert devices(tmp_path / "placed") == {"cuda:0", "cuda:1"} and devices(tmp_path / "one") == {"cuda:1"}
+
+    slots = launch_standin([sys.executable, "-c",
+                            "from tinygrad_caps.models.app.studies.placement import study_placement as p\n"
+                            "print(p({'runs_per_device': 2}, 'cuda'))\n"
+                            "print(p({'devices': 'cuda:1,cuda:0', 'jobs': 3}, 'auto'))"], devices=2)
+    first, second = slots.stdout.splitlines()
+    assert "jobs=4" in first and "devices=('cuda:0', 'cuda:0', 'cuda:1', 'cuda:1')" in first
+    assert "jobs=2" in second and "devices=('cuda:1', 'cuda:0')" in second and "in_process=False" in second
+    missing = launch_standin([*cli_command, "study", "run", "gradient-modes", "--out", str(tmp_path / "missing"),
+                              *shared, "--devices", "cuda:0,cuda:2"], devices=2)
+    assert missing.returncode == 2 and not (tmp_path / "missing").exists()
+    assert missing.stderr.strip().splitlines() == [
+        "tinygrad-caps study: error: --devices: device 'cuda:2' does not exist: this machine has 2 GPU(s), "
+        "cuda:0 to cuda:1"]

@@ -37,7 +37,8 @@ def ray_command(*args, check=True):
     return subprocess.run([ray_cli, *args], capture_output=True, text=True, timeout=180, check=check)
 
 
-def test_a_local_ray_gives_the_files_of_the_sequential_study(tmp_path, data_options, sequential_study, capsys, no_ray_address):
+def test_a_local_ray_gives_the_files_of_the_sequential_study(
+        tmp_path, data_options, sequential_study, capsys, no_ray_address):
     out = tmp_path / "study"
     assert cli.main(study_argv(out, data_options, "--executor", "ray", "--threads-per-run", "1")) == 0
     assert study_files(out) == sequential_study and leftovers(out) == []
@@ -48,7 +49,8 @@ def test_a_local_ray_gives_the_files_of_the_sequential_study(tmp_path, data_opti
     assert not ray.is_initialized()  # the local Ray started for the study is stopped after it
 
 
-def test_a_ray_worker_killed_mid_epoch_is_retried_and_its_run_ends_as_if_never_killed(tmp_path, data_options, sequential_study, monkeypatch, no_ray_address):
+def test_a_ray_worker_killed_mid_epoch_is_retried_and_its_run_ends_as_if_never_killed(
+        tmp_path, data_options, sequential_study, monkeypatch, no_ray_address):
     out, marker = tmp_path / "study", tmp_path / "killed-once"
     monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH", "optimizer-step@2:KILL")  # reaches the tasks' workers
     monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH_ONCE", str(marker))
@@ -96,8 +98,8 @@ def two_node_cluster(tmp_path):
         ray_command("stop", "--force", check=False)
 
 
-def test_a_two_node_cluster_gives_the_files_of_the_sequential_study(tmp_path, data_options, sequential_study, two_node_cluster,
-                                                                  capsys):
+def test_a_two_node_cluster_gives_the_files_of_the_sequential_study(
+        tmp_path, data_options, sequential_study, two_node_cluster, capsys):
     out = tmp_path / "study"
     assert cli.main(study_argv(out, data_options, "--executor", "ray", "--ray-address", two_node_cluster,
                                "--threads-per-run", "1")) == 0
@@ -124,7 +126,8 @@ def test_a_study_folder_the_nodes_cannot_see_is_a_one_line_error_with_nothing_cr
     done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
-    assert f"cannot see the study folder {private / 'study'}" in line and line.startswith("tinygrad-caps study: error: node ")
+    assert line.startswith("tinygrad-caps study: error: node ")
+    assert f"cannot see the study folder {private / 'study'}" in line
     assert "must be on storage every node sees" in line
     assert done.stdout.strip() == ""  # nothing created in the driver's folder either
     assert list(private.iterdir()) == []

@@ -10,6 +10,7 @@ SLOW_FILES = {
     "app/test_cli.py": "trains", "app/test_crash_consistency.py": "trains in processes it kills",
     "app/test_fuzz_cli.py": "a fuzz suite of commands", "app/test_fuzz_outputs.py": "a fuzz suite of commands",
     "app/test_gpu_check_script.py": "runs gpu_check.sh", "app/test_newcomer_cli.py": "trains",
+    "app/test_recipe_cli.py": "trains every routing with --recipe authors",
     "app/test_reliability.py": "runs commands end to end", "app/test_resume_options.py": "trains and resumes",
     "app/test_routing_cli.py": "trains every routing", "app/test_study.py": "runs studies",
     "app/test_tensorboard.py": "trains and exports", "app/test_train_cuda_graph_options.py": "trains on the stand-in",

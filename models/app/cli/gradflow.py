@@ -205,9 +205,12 @@ def format_report(report: dict) -> str:
     modes = list(report["modes"])
     names = list(report["modes"][modes[0]]["parameter_grad_norms"])
     lines.append("parameter gradient norms" + (" and cosine between modes" if report.get("mode_cosine") else ""))
-    lines.append(f"  {'parameter':<22}" + "".join(f"{m:>12}" for m in modes) + (f"{'cosine':>11}" if report.get("mode_cosine") else ""))
+    width = max([22] + [len(name) for name in names])  # primary_activations.conv.weight is longer
+    lines.append(f"  {'parameter':<{width}}" + "".join(f"{m:>12}" for m in modes)
+                 + (f"{'cosine':>11}" if report.get("mode_cosine") else ""))
     for name in names:
-        row = f"  {name:<22}" + "".join(f"{_norm(report['modes'][m]['parameter_grad_norms'][name]):>12}" for m in modes)
+        row = f"  {name:<{width}}" + "".join(f"{_norm(report['modes'][m]['parameter_grad_norms'][name]):>12}"
+                                             for m in modes)
         if report.get("mode_cosine"):
             row += f"{_fixed(report['mode_cosine'].get(name), 6):>11}"
         lines.append(row)

@@ -12,7 +12,6 @@ import tinygrad_caps as tc
 
 from ...capsnet.baseline_cnn import BaselineCNN
 from ...capsnet.config import MODEL_OPTIONS
-from ...capsnet.losses import capsule_loss
 from ...errors import UsageError
 from ..training.checkpoints import build_model, load_checkpoint_model
 from ..training.option_checks import device_or_usage_error, seed
@@ -68,7 +67,7 @@ def graph_loss(model, batch_size: int, seed: int = 0):
         if isinstance(model, BaselineCNN):
             return tc.functional.cross_entropy(model(x), labels)
         outputs = model(x, labels)
-        return capsule_loss(outputs.lengths, outputs.reconstruction, x, labels, convention=model.config.conventions)
+        return model.loss(outputs, x, labels)
 
 
 HELP = "draw the graph one training batch records (routing iterations boxed)"

@@ -13,7 +13,7 @@ from ..training.run_options import option_flag
 
 # Other spellings of an option on the command line.
 ALIASES = {"leaky_routing": ("--none-of-the-above",)}
-METAVARS = {"capsule_layers": "COUNTxDIM,...", "ints": "N,N,..."}
+METAVARS = {"capsule_layers": "COUNTxDIM,...", "ints": "N,N,...", "schedule": "L|L1,L2,...|NAME"}
 
 
 def positive_int(text):
@@ -30,7 +30,7 @@ def _argument_type(field: dataclasses.Field):
     if meta["kind"] == "int" and meta["high"] is None and meta["low"] == 1:
         return positive_int
     parse = {"int": integer, "float": number, "ints": lambda text: [integer(part) for part in text.split(",")],
-             "capsule_layers": str}[meta["kind"]]
+             "capsule_layers": str, "schedule": lambda text: _schedule(text, meta["names"])}[meta["kind"]]
 
     def option_value(text):
         try:
@@ -40,11 +40,20 @@ def _argument_type(field: dataclasses.Field):
             if meta["kind"] == "int" and message.startswith("must be an integer "):  # the range, as "in [1, 100]"
                 message = f"must lie in [{meta['low']}, {meta['high']}], got {text}"
             raise argparse.ArgumentTypeError(message) from None
-        return [list(pair) for pair in value] if meta["kind"] == "capsule_layers" else \
-            (list(value) if meta["kind"] == "ints" else value)
+        if meta["kind"] == "capsule_layers":
+            return [list(pair) for pair in value]
+        return list(value) if isinstance(value, tuple) else value
 
     option_value.__name__ = field.name  # argparse names the type in "invalid NAME value"
     return option_value
+
+
+def _schedule(text: str, names: tuple):
+    """A schedule option's text: one of ``names`` as it is, else one number or numbers separated by commas."""
+    if text in names:
+        return text
+    parts = [number(part) for part in text.split(",")]
+    return parts[0] if len(parts) == 1 else parts
 
 
 def _add_options(parser, config_class, defaults: bool) -> None:
@@ -87,6 +96,9 @@ def _values_text(field: dataclasses.Field) -> str:
         return "a switch"
     if kind == "ints":
         return f"{meta['length']} positive integers, e.g. `{','.join(map(str, field.default))}`"
+    if kind == "schedule":
+        names = ", ".join(f"`{name}`" for name in meta["names"])
+        return f"a number in [{meta['low']:g}, {meta['high']:g}), one per iteration (`L1,L2,...`), {names}"
     return "COUNTxDIM pairs, e.g. `32x12,32x12`"
 
 

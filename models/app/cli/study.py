@@ -78,7 +78,8 @@ def add_scheduling_options(parser) -> None:
                    help="engine and BLAS threads of each run (default: the usable CPUs divided by the runs at a time)")
     g.add_argument("--devices", default=None, metavar="cuda:0,cuda:1",
                    help="the GPUs to place runs on (default with --device cuda/auto: every visible GPU)")
-    g.add_argument("--runs-per-device", type=int, default=None, metavar="K", help="runs at a time on each GPU (default 1)")
+    g.add_argument("--runs-per-device", type=int, default=None, metavar="K",
+                   help="runs at a time on each GPU (default 1)")
     g.add_argument("--executor", default="local", choices=EXECUTORS,
                    help="local: processes on this machine (default); ray: Ray tasks on a Ray cluster")
     g.add_argument("--ray-address", default=None, metavar="ADDR",

@@ -135,7 +135,8 @@ def _gpu_slots(devices, runs_per_device: int, device) -> tuple:
             except tc.DeviceError as exc:
                 raise UsageError(f"--devices: {exc}") from None
         if len(set(gpus)) != len(gpus):
-            raise UsageError(f"--devices names a GPU twice: {devices}; use --runs-per-device for several runs on one GPU")
+            raise UsageError(f"--devices names a GPU twice: {devices}; use --runs-per-device for several runs "
+                             "on one GPU")
     else:
         name = _device_name(device)
         if name == "cpu":

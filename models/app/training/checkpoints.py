@@ -15,7 +15,7 @@ from tinygrad_caps.data import dataset_spec
 from tinygrad_caps.data.registry import OPTION_GEOMETRY
 
 from ...capsnet.baseline_cnn import BaselineCNN
-from ...capsnet.config import MODEL_CONFIGS
+from ...capsnet.config import MODEL_CONFIGS, OptionError
 from ...capsnet.model import CapsNet
 from ...capsnet.routing.registry import routing_refusal
 from ...errors import UsageError
@@ -24,6 +24,7 @@ from .checkpoint_schema import validate_config, validate_model_state
 from .option_checks import device_or_usage_error
 from .resources import check_fits
 from .run_folder import RunFolder
+from .run_options import option_flag
 
 MODELS = tuple(MODEL_CONFIGS)
 MODEL_CLASSES = {"capsnet": CapsNet, "cnn": BaselineCNN}
@@ -51,7 +52,10 @@ def model_config(config: dict):
     config_class = MODEL_CONFIGS[kind]
     stored = {k: config[k] for k in GEOMETRY_KEYS}
     stored.update({k: config[k] for k in config_class.option_keys() if config.get(k) is not None})
-    return config_class.from_dict(stored)
+    try:
+        return config_class.from_dict(stored)
+    except OptionError as exc:  # options that do not go together (a recipe part the routing does not take)
+        raise UsageError(f"{option_flag(exc.field)} {exc.reason}") from None
 
 
 def build_model(config: dict):

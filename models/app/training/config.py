@@ -189,12 +189,15 @@ class TrainingConfig(MappingView):
             object.__setattr__(self, field.name, value)
 
     def _checked_network(self, network) -> dict:
-        """The model's part, each option checked against the model's config class (geometry too)."""
+        """The model's part, each option checked against the model's config class (geometry too), then
+        the options together (a recipe part that does not apply to the routing: an OptionError naming it)."""
         if not isinstance(network, dict):
             raise OptionError("TrainingConfig", "network", f"must be a dict of model options, got {_shown(network)}")
         config_class = MODEL_CONFIGS[self.model]
-        return {key: value if value is None else _json(config_class.check_option(key, value))
-                for key, value in network.items()}
+        checked_network = {key: value if value is None else _json(config_class.check_option(key, value))
+                           for key, value in network.items()}
+        config_class.from_dict({key: value for key, value in checked_network.items() if value is not None})
+        return checked_network
 
     @classmethod
     def option_fields(cls) -> list:

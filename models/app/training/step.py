@@ -1,11 +1,10 @@
 """One CapsNet training step, written once for whoever times, measures or captures it (the
-benchmarks, the CUDA-graph tests): forward, capsule loss, zero_grad, backward, Adam. The Trainer's
-own step adds traces and metric sums around the same sequence."""
+benchmarks, the CUDA-graph tests): forward, the model's loss (its recipe's: the capsule loss under
+the common recipe), zero_grad, backward, Adam. The Trainer's own step adds traces and metric sums
+around the same sequence."""
 from __future__ import annotations
 
 import tinygrad_caps as tc
-
-from ...capsnet.losses import capsule_loss
 
 
 def capsnet_training_step(model, images, labels, forward=None, lr: float = 1e-3, capturable: bool = False):
@@ -19,8 +18,7 @@ def capsnet_training_step(model, images, labels, forward=None, lr: float = 1e-3,
     forward = model if forward is None else forward
 
     def step():
-        _, lengths, reconstruction = forward(images, labels)[:3]
-        loss = capsule_loss(lengths, reconstruction, images, labels)
+        loss = model.loss(forward(images, labels), images, labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -32,7 +32,7 @@ from tinygrad_caps.data import BatchIterator, dataset_spec, find_dataset_dir
 
 from ...capsnet.baseline_cnn import BaselineCNN
 from ...capsnet.config import MODEL_OPTIONS, OptionError
-from ...capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT, capsule_loss
+from ...capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
 from ...analysis.gradflow import mode_gradient_cosines, supported_modes
 from ...capsnet.model import CapsNet
 from ...errors import TrainingDiverged, UsageError
@@ -57,9 +57,10 @@ def batch_losses(model, x, y, reconstruction_weight, train: bool, traces=None):
     With a list as ``traces``, a CapsNet's forward also records its routing traces, set to record
     the gradient norm of every path in the coming backward, and appends them to that list.
 
-    The decoder is masked by the labels when ``train``, by the prediction otherwise; the margin
-    loss follows the model's ``conventions``. For a BaselineCNN the "margin" entries hold the
-    per-example cross-entropy and the reconstruction entries are zero.
+    The decoder is masked by the labels when ``train``, by the prediction otherwise; the loss is the
+    model's (``CapsNet.loss``: its recipe's class loss, the margin loss in its ``conventions`` under
+    the common recipe), and the "margin" entries hold that class loss. For a BaselineCNN they hold
+    the per-example cross-entropy and the reconstruction entries are zero.
     """
     with tc.backend.on_device(model.device):  # labels and predictions beside the model, whichever GPU is current
         return _batch_losses(model, x, y, reconstruction_weight, train, traces)
@@ -83,8 +84,7 @@ def device_losses(model, images, labels, reconstruction_weight, train: bool, tra
     outputs = model(images, labels if train else None, return_trace=traces is not None)
     if traces is not None:
         traces.extend(trace.track_grad_norms() for trace in outputs.traces)
-    loss, margin, recon = capsule_loss(outputs.lengths, outputs.reconstruction, images, labels, reconstruction_weight,
-                                       convention=model.config.conventions, return_terms=True)
+    loss, margin, recon = model.loss(outputs, images, labels, reconstruction_weight, return_terms=True)
     return loss, margin, recon, outputs.lengths.data.argmax(axis=1)
 
 
@@ -209,6 +209,8 @@ class Trainer:
             reason = "TINYGRAD_CAPS_RAW_KERNELS=0 sends the capsule ops to CuPy's einsum, which calls cuBLAS"
         if reason is None and isinstance(self.model, BaselineCNN) and self.model.dropout > 0:
             reason = "the CNN's dropout draws a new mask each step (use --dropout 0 to capture)"
+        if reason is None and getattr(self.model, "loss_follows_progress", False):
+            reason = "the spread loss's margin changes every step, and a captured step would keep its first"
         if reason is not None and mode == "on":
             raise UsageError(f"--cuda-graph on: the training step cannot be captured: {reason}")
         if reason is not None and device != "cpu":
@@ -236,7 +238,10 @@ class Trainer:
 
     def _run_batch(self, x, y, traces):
         """Train on one host batch: replayed from the CUDA graph when the step is captured (after its
-        warm-up) and the batch is full, else eagerly (a last, smaller batch; a logged gradflow step)."""
+        warm-up) and the batch is full, else eagerly (a last, smaller batch; a logged gradflow step).
+        A CapsNet first learns the share of the run's steps done (its loss's schedule reads it)."""
+        if isinstance(self.model, CapsNet):
+            self.model.training_progress = self._global_step() / max(1, self.config.epochs * len(self.loader))
         if self.graph_reason is None and traces is None and len(y) == self.config.batch_size // self.shard[1]:
             if self.captured_step is None:
                 with tc.backend.on_device(self.model.device):

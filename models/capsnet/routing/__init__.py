@@ -13,7 +13,8 @@ registry of routings by name. Every public name of the modules is exported here.
                        SelfAttentionRoutingLayer
     self_routing.py    self-routing (Hahn et al. 2019): self_routing, SelfRoutingLayer
     registry.py        register_routing, unregister_routing, routing_names, routing_layer,
-                       routing_refusal, check_routing_layer; the built-in routings registered
+                       routing_refusal, check_routing_layer, routing_recipe, routing_traits; the
+                       built-in routings registered, with their authors' recipes
 
 A module imports only modules above it in this list, and no algorithm imports another except that
 ``dynamic`` imports ``uniform`` (its CapsuleLayer runs both); tests/engine/test_layering_models.py
@@ -26,15 +27,18 @@ from .base import LENGTH_EPS, Routed, RoutingLayer, capsule_lengths, gradient_mo
 from .common import DEFAULT_EPS, GRADIENT_MODES, weighted_sum
 from .dynamic import ROUTING_KINDS, CapsuleLayer, DigitCaps, dynamic_routing, routing_coupling
 from .em import EMRoutingLayer, em_log_likelihood, em_m_step, em_routing, inverse_temperatures, log_sigmoid
-from .registry import (BUILTIN_ROUTINGS, ROUTING_LAYER_MEMBERS, check_routing_layer, register_routing, routing_layer,
-                       routing_names, routing_parameter_count, routing_refusal, unregister_routing)
+from .registry import (AUTHORS_RECIPES, BUILTIN_ROUTINGS, ROUTING_LAYER_MEMBERS, check_routing_layer, register_routing,
+                       routing_layer, routing_names, routing_parameter_count, routing_recipe, routing_refusal,
+                       routing_traits, unregister_routing)
 from .self_attention import SelfAttentionRoutingLayer, self_attention_routing
 from .self_routing import SelfRoutingLayer, self_routing
 from .uniform import uniform_routing
 
-__all__ = ["BUILTIN_ROUTINGS", "CapsuleLayer", "DEFAULT_EPS", "DigitCaps", "EMRoutingLayer", "GRADIENT_MODES",
+__all__ = ["AUTHORS_RECIPES", "BUILTIN_ROUTINGS", "CapsuleLayer", "DEFAULT_EPS", "DigitCaps", "EMRoutingLayer",
+           "GRADIENT_MODES",
            "LENGTH_EPS", "ROUTING_KINDS", "ROUTING_LAYER_MEMBERS", "Routed", "RoutingLayer", "SelfAttentionRoutingLayer",
            "SelfRoutingLayer", "capsule_lengths", "check_routing_layer", "dynamic_routing", "em_log_likelihood",
            "em_m_step", "em_routing", "gradient_mode_refusal", "inverse_temperatures", "log_sigmoid", "register_routing",
-           "routing_coupling", "routing_layer", "routing_names", "routing_parameter_count", "routing_refusal", "self_attention_routing",
+           "routing_coupling", "routing_layer", "routing_names", "routing_parameter_count", "routing_recipe",
+           "routing_refusal", "routing_traits", "self_attention_routing",
            "self_routing", "uniform_routing", "unregister_routing", "weighted_sum"]

@@ -59,7 +59,11 @@ class RoutingLayer(nn.Module):
 
     Class attributes a subclass sets: ``iterative`` (False: one step, "detach" refused unless
     ``gradient_modes`` says otherwise), ``has_bias`` / ``has_leaky_routing`` (whether the layer
-    takes the capsule bias (J, D) and the "none of the above" logit; refused otherwise).
+    takes the capsule bias (J, D) and the "none of the above" logit; refused otherwise); and what
+    decides which recipe parts apply (``capsnet/recipes.py``): ``reads_activations`` (route_votes
+    reads the input activations, so learned ones can replace the lengths), ``class_distribution``
+    (its output activations sum to 1 over the outputs, so the NLL can read their log) and
+    ``has_inverse_temperature`` (EM routing's lambda).
     Parameters: weight (I, J, D, K) ~ N(0, 0.01), and bias (J, D) (zero) where asked and taken.
     """
 
@@ -67,6 +71,9 @@ class RoutingLayer(nn.Module):
     gradient_modes = GRADIENT_MODES
     has_bias = False
     has_leaky_routing = False
+    reads_activations = False
+    class_distribution = False
+    has_inverse_temperature = False
 
     def __init__(self, in_caps, in_dim, out_caps, out_dim, *, routing=None, iterations=3, gradient="full",
                  bias=False, leaky_routing=False, squash=None):

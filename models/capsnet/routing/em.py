@@ -132,8 +132,13 @@ def em_routing(u_hat, activations, beta_u, beta_a, iterations: int = 3, inverse_
 
 class EMRoutingLayer(RoutingLayer):
     """EM routing (``em_routing``): parameters weight, beta_u and beta_a (J,) (zero at the start);
-    ``inverse_temperature`` lambda, a float or one per iteration (default 1). The output activations
-    are the class scores."""
+    ``inverse_temperature`` lambda, a float or one per iteration (1.0 when the layer is built alone,
+    as ``em_routing``'s; a CapsNet sets its ``em_inverse_temperature``: 1e-3 under the common recipe,
+    Hinton et al.'s schedule 0.01 (1 - 0.95^(r+1)) under the authors'). It reads the input
+    activations; its output activations are the class scores."""
+
+    reads_activations = True
+    has_inverse_temperature = True
 
     def __init__(self, in_caps, in_dim, out_caps, out_dim, *, inverse_temperature=1.0, **options):
         super().__init__(in_caps, in_dim, out_caps, out_dim, **options)

@@ -18,11 +18,17 @@ Built in (``routing_names(builtin=True)``), each beside its layer in a module of
 Register your own with ``register_routing(name, layer_factory)``: ``layer_factory(in_caps, in_dim,
 out_caps, out_dim, *, routing, iterations, gradient, bias, leaky_routing, squash)`` returns the
 layer; a ``RoutingLayer`` subclass (``base.py``) is such a factory (see docs/routing.md).
+
+A registration may carry its authors' training recipe (``recipe=``: a ``recipes.Recipe`` or a dict
+of its parts), which ``CapsNet(recipe="authors")`` applies; one without it trains as the common
+recipe under either. The built-in recipes (``AUTHORS_RECIPES``) follow the authors' code (the table
+of docs/routing.md, "Recipes", gives the file and line of each part).
 """
 from __future__ import annotations
 
 from tinygrad_caps import nn
 
+from ..recipes import COMMON, Recipe, RecipePartError, RoutingTraits, check_recipe_applies
 from .base import RoutingLayer, gradient_mode_refusal
 from .dynamic import CapsuleLayer
 from .em import EMRoutingLayer
@@ -30,15 +36,19 @@ from .self_attention import SelfAttentionRoutingLayer
 from .self_routing import SelfRoutingLayer
 
 _ROUTINGS: dict = {}  # name -> layer factory
+_RECIPES: dict = {}   # name -> its authors' Recipe
 BUILTIN_ROUTINGS = ("dynamic", "uniform", "em", "self-attention", "self-routing")
 
 
-def register_routing(name: str, layer_factory, *, replace: bool = False):
+def register_routing(name: str, layer_factory, *, replace: bool = False, recipe=None):
     """Make ``name`` a routing of ``CapsNet(routing=name)``, ``--routing name``, checkpoints and
     studies. ``layer_factory(in_caps, in_dim, out_caps, out_dim, *, routing, iterations, gradient,
     bias, leaky_routing, squash)`` builds one routing layer (a ``RoutingLayer`` subclass is one).
-    A name registered already is refused unless ``replace``; the built-in names are never replaced.
-    Returns ``layer_factory``."""
+    ``recipe``: its authors' training recipe (a ``Recipe``, or a dict of some of its parts, the rest
+    the common recipe's; None: the common recipe), what ``recipe="authors"`` applies; a part that does
+    not apply to the layer (learned input activations for a routing that reads none, say) is a
+    ValueError. A name registered already is refused unless ``replace``; the built-in names are never
+    replaced. Returns ``layer_factory``."""
     if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "-_." for ch in name):
         raise ValueError(f"register_routing: {name!r} is not a usable name (letters, digits, '-', '_', '.')")
     if not callable(layer_factory):
@@ -46,7 +56,11 @@ def register_routing(name: str, layer_factory, *, replace: bool = False):
     if name in _ROUTINGS and (name in BUILTIN_ROUTINGS or not replace):
         raise ValueError(f"register_routing: a routing named {name!r} is registered already"
                          + ("" if name in BUILTIN_ROUTINGS else " (replace=True to replace it)"))
-    _ROUTINGS[name] = layer_factory
+    try:
+        authors = check_recipe_applies(Recipe.of(recipe), RoutingTraits.of(name, layer_factory))
+    except RecipePartError as exc:
+        raise ValueError(f"register_routing: the recipe of {name!r}: {exc}") from None
+    _ROUTINGS[name], _RECIPES[name] = layer_factory, authors
     return layer_factory
 
 
@@ -55,6 +69,24 @@ def unregister_routing(name: str) -> None:
     if name in BUILTIN_ROUTINGS:
         raise ValueError(f"unregister_routing: {name!r} is built in")
     _ROUTINGS.pop(name, None)
+    _RECIPES.pop(name, None)
+
+
+def routing_recipe(name: str) -> Recipe:
+    """The authors' recipe registered with routing ``name`` (the common recipe where it has none);
+    ValueError for a name not registered."""
+    if name not in _ROUTINGS:
+        raise ValueError(f"routing must be one of {', '.join(_ROUTINGS)}, got {name!r} (register_routing adds one)")
+    return _RECIPES[name]
+
+
+def routing_traits(name: str) -> RoutingTraits:
+    """What routing ``name``'s layers do that decides which recipe parts apply (its layer class's
+    ``reads_activations``, ``class_distribution``, ``has_inverse_temperature``); ValueError for a
+    name not registered."""
+    if name not in _ROUTINGS:
+        raise ValueError(f"routing must be one of {', '.join(_ROUTINGS)}, got {name!r} (register_routing adds one)")
+    return RoutingTraits.of(name, _ROUTINGS[name])
 
 
 def routing_names(builtin: bool = False) -> tuple:
@@ -116,6 +148,21 @@ def check_routing_layer(name: str, layer):
                     f"{type(layer).__qualname__}, not a RoutingLayer ({missing}); {advice}")
 
 
+# The authors' recipes of the built-in routings (docs/routing.md, "Recipes": the file and line of each part).
+AUTHORS_RECIPES = {
+    # Sabour et al.'s (Sarasra/models research/capsules): margin loss on the lengths, their squash: the common recipe.
+    "dynamic": COMMON,
+    # Hinton et al. (2018) as IBM's and SR-CapsNet's code train it: input activations a sigmoid of a
+    # batch-normed convolution (SR-CapsNet's), the spread loss with its margin from 0.2 to 0.9, lambda
+    # 0.01 (1 - 0.95^(r+1)), the votes' weights kaiming_uniform_ (SR-CapsNet's EmRouting2d).
+    "em": Recipe(input_activations="learned", class_loss="spread", capsule_init="kaiming-uniform",
+                 em_inverse_temperature="paper"),
+    # Mazzia et al.'s Efficient-CapsNet: margin loss on the lengths, FCCaps' W from he_normal, their squash.
+    "self-attention": Recipe(capsule_init="he-normal", squash="efficient"),
+    # Hahn et al.'s SR-CapsNet: learned input activations, NLL on log a_out, W kaiming_uniform_.
+    "self-routing": Recipe(input_activations="learned", class_loss="nll", capsule_init="kaiming-uniform"),
+}
+
 for _name, _factory in (("dynamic", CapsuleLayer), ("uniform", CapsuleLayer), ("em", EMRoutingLayer),
                         ("self-attention", SelfAttentionRoutingLayer), ("self-routing", SelfRoutingLayer)):
-    register_routing(_name, _factory)
+    register_routing(_name, _factory, recipe=AUTHORS_RECIPES.get(_name))

@@ -55,9 +55,12 @@ def self_routing(u_hat, u, activations, route_weight, route_bias, trace: bool = 
 
 class SelfRoutingLayer(RoutingLayer):
     """Self-routing (``self_routing``), one step: parameters weight, route_weight (I, J, K) and
-    route_bias (I, J) (zero at the start: c = 1/J). The output activations are the class scores."""
+    route_bias (I, J) (zero at the start: c = 1/J). It reads the input activations; its output
+    activations are the class scores, and they sum to 1 over the classes."""
 
     iterative = False
+    reads_activations = True
+    class_distribution = True
 
     def __init__(self, in_caps, in_dim, out_caps, out_dim, **options):
         super().__init__(in_caps, in_dim, out_caps, out_dim, **options)
