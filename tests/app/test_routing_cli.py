@@ -127,3 +127,8 @@ def test_the_routing_algorithms_study_covers_every_built_in_routing():
         if options["routing"] in ("self-attention", "self-routing", "uniform"):
             assert "routing_gradient" not in options
     assert np.all([configs[f"{r}-{m}"]["routing_gradient"] == m for r in ("dynamic", "em") for m in ("full", "detach")])
+    # each routing whose authors train it otherwise also under their recipe, the same routing and mode
+    authors = {c: o for c, o in configs.items() if o.get("recipe") == "authors"}
+    assert sorted(authors) == ["em-detach-authors", "em-full-authors", "self-attention-authors", "self-routing-authors"]
+    for config_id, options in authors.items():
+        assert {k: v for k, v in options.items() if k != "recipe"} == configs[config_id.removesuffix("-authors")]

@@ -183,14 +183,20 @@ register_study(
     varies="the paper's equations vs the official code's conventions, with the full and the detached routing gradient")
 
 # Every registered routing algorithm on the same model, data and seeds: the iterative ones in both
-# gradient modes, the one-step ones in "full" (they have no "detach").
+# gradient modes, the one-step ones in "full" (they have no "detach"); each under the common recipe
+# and, where its authors train it otherwise, under theirs ("-authors": --recipe authors). Dynamic
+# routing's authors' recipe is the common one, and uniform coupling has none.
 ROUTING_ALGORITHMS = {"dynamic-full": {"routing": "dynamic", "routing_gradient": "full"},
                       "dynamic-detach": {"routing": "dynamic", "routing_gradient": "detach"},
                       "uniform": {"routing": "uniform"},
                       "em-full": {"routing": "em", "routing_gradient": "full"},
                       "em-detach": {"routing": "em", "routing_gradient": "detach"},
                       "self-attention": {"routing": "self-attention"},
-                      "self-routing": {"routing": "self-routing"}}
+                      "self-routing": {"routing": "self-routing"},
+                      "em-full-authors": {"routing": "em", "routing_gradient": "full", "recipe": "authors"},
+                      "em-detach-authors": {"routing": "em", "routing_gradient": "detach", "recipe": "authors"},
+                      "self-attention-authors": {"routing": "self-attention", "recipe": "authors"},
+                      "self-routing-authors": {"routing": "self-routing", "recipe": "authors"}}
 
 register_study(
     "routing-algorithms", ROUTING_ALGORITHMS,
@@ -198,4 +204,6 @@ register_study(
     options={"log_gradflow": 50},
     figures=("inner_share", "t_score", "digit_d_score", "lowest_grad_norm"),
     description="Each routing's class scores are its own (capsule lengths, or EM's and self-routing's output "
-                "activations); the squash is the model's for every routing (Mazzia et al.'s is --squash efficient).")
+                "activations); the common recipe trains every routing with the margin loss, the primary capsules' "
+                "lengths as input activations and the model's squash and initialisation; the -authors "
+                "configurations use the routing's authors' recipe (docs/routing.md, \"Recipes\").")

@@ -110,8 +110,8 @@ def stop_requested(out) -> bool:
 def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=None, token=None, log=print,
                     show_progress=False, skip_after_deadline=False, lock_wait=0.0) -> dict:
     """Train (or continue) the run ``config_id``/``seed`` of the study in ``out``; returns its outcome
-    (see the module docstring): {"status", "config_id", "seed", "trained": whether a batch was
-    trained here, "error": the failure's one line (failed, unreachable), "host"}.
+    (see the module docstring): {"status", "config_id", "seed", "host", "error": the failure's one
+    line (failed, unreachable), "signum" (interrupted)}.
 
     ``deadline``: a time.monotonic() value (of this host) after which the run saves at its next batch
     boundary (it trains one batch first, unless ``skip_after_deadline`` and the time has passed before
@@ -120,7 +120,7 @@ def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=Non
     the value DIR/study.token must hold (Ray). ``lock_wait``: seconds to wait for a run lock held by
     a process that may be gone (a retried task). ``log``: where the Trainer's lines go.
     """
-    outcome = {"config_id": config_id, "seed": int(seed), "trained": False, "host": socket.gethostname()}
+    outcome = {"config_id": config_id, "seed": int(seed), "host": socket.gethostname()}
     out = Path(out)
     try:
         if token is not None:
@@ -146,34 +146,32 @@ def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=Non
             options = run_config(plan, config, int(seed))
             if device is not None:
                 options["device"] = device
-            trainer = _train(options, run_dir, out, status == "started", deadline, show_progress, log)
-            outcome["trained"] = trainer.moved_on()
+            _train(options, run_dir, out, status == "started", deadline, show_progress, log)
         return dict(outcome, status="finished")
     except StorageNotShared as exc:
         return dict(outcome, status="unreachable", error=one_line(exc))
     except TimeLimitReached:
-        return dict(outcome, status="stopped", trained=True)
+        return dict(outcome, status="stopped")
     except Interrupted as exc:
-        return dict(outcome, status="interrupted", trained=True, signum=int(exc.signum))
+        return dict(outcome, status="interrupted", signum=int(exc.signum))
     except KeyboardInterrupt:
         return dict(outcome, status="interrupted", signum=int(signal.SIGINT))
     except Exception as exc:  # noqa: BLE001  (any failure of one run is reported, and the others go on)
         error = one_line(exc)
-        if not is_user_error(exc) or isinstance(exc, LockHeld):
+        if not is_user_error(exc):  # a bug: its traceback goes to the run's log
             log("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip())
-        if not isinstance(exc, LockHeld):
+        if not isinstance(exc, LockHeld):  # (another process's run has not failed)
             _record_failure(out / run_path(config_id, seed), error)
         return dict(outcome, status="failed", error=error)
 
 
-def _train(options, run_dir, out, resume, deadline, show_progress, log):
-    """Build the study's Trainer for ``run_dir`` and train it; returns the Trainer."""
+def _train(options, run_dir, out, resume, deadline, show_progress, log) -> None:
+    """Build the study's Trainer for ``run_dir`` and train it."""
     with tc.backend.on_device(device_or_usage_error(options.get("device", "auto"))):
         trainer = study_trainer_class()(options, run_dir, resume=resume, show_progress=show_progress, log=log)
         trainer.deadline = deadline
         trainer.stop_file = Path(out) / STOP_FILE
         trainer.run()
-    return trainer
 
 
 def _record_failure(run_dir: Path, error: str) -> None:
@@ -216,12 +214,6 @@ def study_trainer_class():
         def deadline(self, value):
             """Set the time limit (a time.monotonic() value, or None)."""
             self._time_limit = value
-
-        def moved_on(self) -> bool:
-            """Whether this Trainer trained a batch or committed an epoch."""
-            state = getattr(self, "state", None)
-            return state is not None and self._started_at is not None and \
-                (state["epoch"], state["step"]) != self._started_at
 
         def _check_signals(self, stop) -> None:
             """Trainer's check, then the study's stop file (the driver's Ctrl-C, seen by every node)."""

@@ -8,8 +8,14 @@ Layout of the study folder DIR:
                                             per configuration, its config_id, options and runs
     DIR/runs/<config_id>/seed-<seed>/       a run folder as ``train`` writes it (config.json,
                                             metrics.jsonl, checkpoints/, gradflow.jsonl if logged)
+    DIR/runs/<config_id>/seed-<seed>/train.log, run.lock, failed.json   (``run_task``)
     DIR/summary.json, summary.md, summary.png
     DIR/study.lock                          while a ``study run`` drives the folder (``study_lock``)
+    DIR/study.stop, study.token             while a stopped study's runs save; the Ray executor's token
+
+Where the runs train is the placement's (``placement.py``): one at a time in this process
+(``train_runs``, the default), or handed to an executor by ``driver.drive_runs``; every run is
+trained by ``run_task.train_study_run`` either way.
 
 Before anything is written, every configuration's first run is checked as ``train`` checks a run
 (``check_plan_runs``: its Trainer is built, untrained), and the folder is refused where it lies in a
