@@ -63,3 +63,48 @@ def describe_allocator() -> str:
                 f"madvise {'off' if _allocator.hugepage_madvise_disabled else 'on'} (set by tinygrad_caps)")
     env = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
     return f"malloc defaults{' with ' + str(env) if env else ''}"
+
+
+def gpu_events(library: str):
+    """(record_start, record_stop, seconds) for a pair of CUDA events of ``library`` ("cupy" or "torch")
+    on its current stream: ``seconds()`` waits for the stop event and returns the time between the two."""
+    if library == "cupy":
+        import cupy
+
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+
+        def seconds():
+            stop.synchronize()
+            return cupy.cuda.get_elapsed_time(start, stop) / 1e3
+    else:
+        import torch
+
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def seconds():
+            stop.synchronize()
+            return start.elapsed_time(stop) / 1e3
+    return start.record, stop.record, seconds
+
+
+def host_and_gpu_times(fn, library: str, repeat: int = 5, warmup: int = 1) -> dict:
+    """Host and GPU time of each call of ``fn`` (one training step), apart: ``host`` the seconds until
+    the call returns (what the host spends issuing the step, before any synchronization), ``gpu`` the
+    CUDA-event seconds from before its first launch to after its last, on ``library``'s current stream
+    (gaps where the GPU waited for the host included). Returns medians {"host_s", "gpu_s"} and the samples."""
+    start, stop, seconds = gpu_events(library)
+    for _ in range(warmup):
+        start()
+        fn()
+        stop()
+        seconds()
+    host, gpu = [], []
+    for _ in range(repeat):
+        start()
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+        stop()
+        gpu.append(seconds())
+    return {"host_s": statistics.median(host), "gpu_s": statistics.median(gpu), "host_samples": host,
+            "gpu_samples": gpu}

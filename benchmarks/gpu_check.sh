@@ -9,6 +9,8 @@
 # left of the budget. Logs, failed_steps.txt and one gpu_summary.json go to OUTDIR. With
 # Fashion-MNIST's four files in data/fashion-mnist/ (ignored by git; carry it), a full epoch is
 # timed last.
+# GPU_CHECK_TORCH_COMPILE_S (default 180) is the time train_step.py gives torch.compile's compiles in
+# all (its step's limit is that plus 150 s); what does not fit is skipped and says so in the table.
 # GPU_CHECK_PACK=1 packs every log into OUTDIR/gpu_check_logs.tar.gz at the end, leaving beside it
 # only gpu_summary.json and failed_steps.txt (for a machine that sends back only a few files).
 # The GPU machine has no network: the project is installed without dependencies from its image.
@@ -135,14 +137,20 @@ PY
 done
 
 (cd benchmarks && run routing-speed 75 "$py" routing_speed.py --impl cupy raw fused torch --repeat 10 --json) || true
-# ours eager, ours captured as a CUDA graph and PyTorch eager, at both matmul precisions
-(cd benchmarks && run train-step-cuda 120 "$py" train_step.py --device cuda --batch 32 100 --repeat 5 --json) || true
+# ours eager and captured as a CUDA graph against PyTorch eager, captured (torch.cuda.CUDAGraph) and
+# compiled (torch.compile reduce-overhead, then max-autotune), at both matmul precisions; with each
+# step's FLOPs and bytes against the GPU's peak and copy bandwidth, host and GPU time apart, and memory.
+# torch.compile gets GPU_CHECK_TORCH_COMPILE_S seconds in all (default 180); what does not fit is
+# skipped with the reason, so the step ends within its limit with every other figure.
+compile_s=${GPU_CHECK_TORCH_COMPILE_S:-180}
+(cd benchmarks && run train-step-cuda $((compile_s + 150)) "$py" train_step.py --device cuda --batch 32 100 --repeat 5 \
+    --torch-compile-budget "$compile_s" --json) || true
 # a captured step must compute what the eager one does (train_step.py compares the weights after 10 steps)
 run cuda-graph-equals-eager 15 "$py" - "$out/train-step-cuda.log" <<'PY' || true
 import json, sys
 text = open(sys.argv[1]).read()
 try:
-    rows = json.loads(text[text.rfind("\n{") + 1:])["rows"]
+    rows = json.JSONDecoder().raw_decode(text, text.rfind("\n{") + 1)[0]["rows"]  # what follows the object is ignored
 except (ValueError, KeyError) as exc:
     sys.exit(f"no train_step.py JSON to compare: {exc}")
 differences = [(row.get("batch"), row.get("precision"), row.get("graph_max_rel_diff")) for row in rows]
@@ -200,7 +208,8 @@ def json_tail(name):
     path = out / f"{name}.log"
     text = path.read_text() if path.exists() else ""
     try:
-        return json.loads(text[text.rfind("\n{") + 1:])  # the object starts a line; nothing follows it
+        # the object starts a line; a line printed after it (a library's warning at exit) is ignored
+        return json.JSONDecoder().raw_decode(text, text.rfind("\n{") + 1)[0]
     except ValueError as exc:
         return {"error": f"unreadable JSON output: {exc}"}
 
@@ -218,16 +227,47 @@ def epoch():
 failed = [line for line in (out / "failed_steps.txt").read_text().splitlines() if line]
 if elapsed > budget:
     failed.append(f"the whole check took {elapsed} s, over its {budget} s budget")
+
+
+def rounded(value, digits=3):
+    return None if value is None else round(value, digits)
+
+
+def step_against_best(row):
+    """A train_step.py row's figures against PyTorch's fastest variant and the hardware (None where missing)."""
+    variants, goal, memory, cost = (row.get(k) or {} for k in ("variants", "goal", "memory", "cost"))
+    timed = {name: v for name, v in variants.items() if isinstance(v, dict) and v.get("s")}
+    mib = lambda value: None if value is None else round(value / 2 ** 20, 1)  # noqa: E731
+    ours = timed.get(goal.get("ours")) or {}
+    return {"ms": {name: round(v["s"] * 1e3, 3) for name, v in timed.items()},
+            "host_gpu_ms": {name: [rounded(v.get("host_s") and v["host_s"] * 1e3),
+                                   rounded(v.get("gpu_s") and v["gpu_s"] * 1e3)] for name, v in timed.items()},
+            "compile_s": {name: rounded(v.get("compile_s"), 1) for name, v in timed.items() if v.get("compile_s")},
+            "skipped": {name: v["skipped"] for name, v in variants.items() if isinstance(v, dict) and "skipped" in v},
+            "fastest_pytorch": goal.get("fastest_torch"), "ratio_to_fastest_pytorch": rounded(goal.get("ratio")),
+            "goal_1x_met": goal.get("met"), "moonshot_0_8x_met": goal.get("moonshot_met"),
+            "gflop_per_step": rounded(cost.get("gflop"), 2), "mb_per_step": rounded(cost.get("mb"), 1),
+            "ours_fraction_of_peak": rounded(ours.get("fraction_of_peak")),
+            "ours_fraction_of_copy_bandwidth": rounded(ours.get("fraction_of_copy_bandwidth")),
+            "memory_mib": {"ours_eager_peak": mib(memory.get("ours_eager_peak_bytes")),
+                           "ours_captured": mib(memory.get("ours_captured_bytes")),
+                           "pytorch_eager_peak": mib(memory.get("torch_eager_peak_bytes")),
+                           "pytorch_graph": mib(memory.get("torch_graph_bytes"))},
+            "memory_captured_to_eager": rounded(memory.get("captured_to_eager")),
+            "memory_goal_1_1x_met": memory.get("met")}
+
+
 def figures(routing, step, epoch_figures):
     """The figures the GPU issue's targets name, read from the benchmarks' JSON (what is missing is left out)."""
     found = {}
     rows = [r for r in step.get("rows", []) if isinstance(r, dict) and "ours_s" in r]
     if rows:
-        found["train_step_ms"] = [{"batch": r["batch"], "precision": r.get("precision"),
-                                   "ours_eager": round(r["ours_s"] * 1e3, 2),
-                                   "ours_captured": round(r["ours_graph_s"] * 1e3, 2) if "ours_graph_s" in r else None,
-                                   "pytorch": round(r["torch_s"] * 1e3, 2) if "torch_s" in r else None,
-                                   "ratio_to_pytorch": round(r["ratio"], 3) if "ratio" in r else None} for r in rows]
+        found["train_step_ms"] = [dict({"batch": r["batch"], "precision": r.get("precision"),
+                                        "ours_eager": round(r["ours_s"] * 1e3, 2),
+                                        "ours_captured": round(r["ours_graph_s"] * 1e3, 2) if "ours_graph_s" in r else None,
+                                        "pytorch": round(r["torch_s"] * 1e3, 2) if "torch_s" in r else None,
+                                        "ratio_to_pytorch": round(r["ratio"], 3) if "ratio" in r else None},
+                                       **step_against_best(r)) for r in rows]
     passes = {(r.get("impl"), r.get("precision", "highest"), r.get("pass")): r.get("median_s")
               for r in routing.get("rows", []) if isinstance(r, dict)}
     ours, theirs = passes.get(("raw", "highest", "forward+backward")), passes.get(("torch-cuda", "highest", "forward+backward"))

@@ -47,6 +47,32 @@ def test_train_step_starts_both_libraries_from_the_same_weights():
     if HAS_TORCH:
         assert row["torch_s"] > 0 and row["ratio"] == pytest.approx(row["ours_s"] / row["torch_s"])
         assert row["first_loss_ours"] == pytest.approx(row["first_loss_torch"], rel=1e-5)
+    # PyTorch's GPU variants and our capture say why they are not run on the CPU; the cost is counted
+    variants = row["variants"]
+    assert "CUDA graphs need a GPU" in variants["ours-captured"]["skipped"]
+    assert variants["ours-eager"]["s"] == row["ours_s"] and variants["ours-eager"]["tflops"] > 0
+    assert row["cost"]["gflop"] > 0 and row["cost"]["mb"] > 0 and row["cost"]["peak"] is None
+    if HAS_TORCH:
+        assert variants["torch-eager"]["first_loss"] == row["first_loss_torch"]
+        assert "CUDA graphs need a GPU" in variants["torch-graph"]["skipped"]
+        assert "torch.compile is not tried on the CPU" in variants["torch-compile-max-autotune"]["skipped"]
+        assert row["goal"]["fastest_torch"] == "torch-eager"
+        assert row["goal"]["ratio"] == pytest.approx(row["ours_s"] / row["torch_s"], abs=1e-12)
+    assert row["memory"]["met"] is None and "measured on a GPU only" in result["info"]["not_measured_here"]
+
+
+@pytest.mark.slow
+def test_train_step_prints_its_table_with_the_goals_on_the_cpu():
+    done = subprocess.run([sys.executable, "train_step.py", "--device", "cpu", "--batch", "2", "--repeat", "1",
+                           "--torch-variants", "eager", "graph", "--no-torch-compile"],
+                          cwd=BENCHMARKS, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ours-captured" in done.stdout and "skipped: CUDA graphs need a GPU" in done.stdout
+    assert "GFLOP/step" in done.stdout and "memory goal (captured <= 1.1x eager peak): not measured" in done.stdout
+    if HAS_TORCH:
+        assert "time: ours-eager / torch-eager (PyTorch's fastest)" in done.stdout
+        assert "torch-compile" not in done.stdout  # not asked for
+    assert "nan" not in done.stdout
 
 
 @pytest.mark.skipif(tc.gpu_available(), reason="checks the answer on a machine without a GPU")

@@ -33,7 +33,9 @@ case "$*" in
         echo "5 tests, $skipped skipped"; exit 0 ;;
     "routing_speed.py "*) echo "table"; printf '{{\\n  "rows": [1, 2]\\n}}\\n'; exit 0 ;;
     "train_step.py "*)
+        echo "$*" >> "${{CALLS:-/dev/null}}"
         if [ "$GPU_STEPS" = "failing" ]; then sleep 60; fi
+        if [ -n "${{TRAIN_STEP_JSON:-}}" ]; then echo "table"; cat "$TRAIN_STEP_JSON"; exit 0; fi
         printf '{{\\n  "rows": [{{"batch": 32, "precision": "highest", "ours_s": 0.01, "graph_max_rel_diff": %s}}]\\n}}\\n' "${{GRAPH_DIFF:-0.0}}"
         exit 0 ;;
     "-m tinygrad_caps.models.cli train "*)
@@ -135,3 +137,38 @@ def test_a_captured_step_that_differs_from_the_eager_one_fails_the_check(tmp_pat
     assert result.returncode == 1, result.stdout + result.stderr
     summary = json.loads((out / "gpu_summary.json").read_text())
     assert summary["failed_steps"] == ["cuda-graph-equals-eager (exit 1)"]
+
+
+def test_the_training_step_is_measured_against_pytorchs_best_within_a_compile_budget(tmp_path):
+    """train_step.py runs with torch.compile's budget (GPU_CHECK_TORCH_COMPILE_S), and the summary
+    carries its figures against PyTorch's fastest variant, the hardware and the memory goal."""
+    row = {"batch": 32, "precision": "high", "ours_s": 0.01, "ours_graph_s": 0.002, "torch_s": 0.008,
+           "graph_max_rel_diff": 0.0, "ratio": 0.25,
+           "variants": {"ours-eager": {"s": 0.01, "host_s": 0.009, "gpu_s": 0.0095, "peak_bytes": 100 * 2 ** 20},
+                        "ours-captured": {"s": 0.002, "host_s": 0.0001, "gpu_s": 0.0019, "graph_bytes": 105 * 2 ** 20,
+                                          "fraction_of_peak": 0.05, "fraction_of_copy_bandwidth": 0.1},
+                        "torch-graph": {"s": 0.0025, "host_s": 0.0001, "gpu_s": 0.0024},
+                        "torch-compile-reduce-overhead": {"s": 0.003, "compile_s": 41.0},
+                        "torch-compile-max-autotune": {"skipped": "the 60 s compile budget was spent before it"}},
+           "goal": {"ours": "ours-captured", "fastest_torch": "torch-graph", "ratio": 0.8, "met": True,
+                    "moonshot_met": True},
+           "memory": {"ours_eager_peak_bytes": 100 * 2 ** 20, "ours_captured_bytes": 105 * 2 ** 20,
+                      "torch_eager_peak_bytes": None, "torch_graph_bytes": None, "captured_to_eager": 1.05, "met": True},
+           "cost": {"gflop": 38.4, "mb": 260.0}}
+    step_json = tmp_path / "step.json"
+    step_json.write_text(json.dumps({"info": {}, "rows": [row]}, indent=2) + "\n")
+    calls = tmp_path / "calls.txt"
+    result, out = run_check(tmp_path, "passing", 480, TRAIN_STEP_JSON=str(step_json), CALLS=str(calls),
+                            GPU_CHECK_TORCH_COMPILE_S="60")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "--torch-compile-budget 60 --json" in calls.read_text()
+    assert "train-step-cuda (at most 210s)" in result.stdout  # the compile budget and 150 s for the rest
+    (figures,) = json.loads((out / "gpu_summary.json").read_text())["figures"]["train_step_ms"]
+    assert figures["ours_captured"] == 2.0 and figures["ratio_to_pytorch"] == 0.25
+    assert figures["fastest_pytorch"] == "torch-graph" and figures["ratio_to_fastest_pytorch"] == 0.8
+    assert figures["goal_1x_met"] is True and figures["memory_goal_1_1x_met"] is True
+    assert figures["host_gpu_ms"]["ours-captured"] == [0.1, 1.9]
+    assert figures["compile_s"] == {"torch-compile-reduce-overhead": 41.0}
+    assert figures["skipped"]["torch-compile-max-autotune"].startswith("the 60 s compile budget")
+    assert figures["memory_mib"]["ours_captured"] == 105.0 and figures["memory_captured_to_eager"] == 1.05
+    assert figures["gflop_per_step"] == 38.4 and figures["ours_fraction_of_peak"] == 0.05
