@@ -159,6 +159,11 @@ if not rows or any(d is None or d > 1e-5 for _, _, d in differences):
     sys.exit("a captured training step differs from the eager one (or was not measured)")
 PY
 
+# The first epoch in new processes: CuPy's kernel cache empty with the first-launch warm-up off (as
+# before), empty with it on, then warm (goal: cold <= 5 s at "highest"); the random images of the
+# same shapes where Fashion-MNIST was not carried here
+run first-epoch 120 "$py" benchmarks/first_epoch.py --device cuda --data-dir "${GPU_CHECK_DATA_DIR:-data}" --json || true
+
 # compute-sanitizer: $COMPUTE_SANITIZER, on PATH, in a CUDA toolkit, or from the nvidia-cuda-sanitizer-api wheel
 sanitizer=${COMPUTE_SANITIZER:-}
 [ -n "$sanitizer" ] || sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
@@ -280,6 +285,10 @@ def figures(routing, step, epoch_figures):
                                                       for name, k in kernels.items()}
     if "train_seconds" in epoch_figures:
         found["epoch_seconds"] = epoch_figures["train_seconds"]
+    first = json_tail("first-epoch")
+    if first.get("rows"):
+        found["first_epoch_seconds"] = {r["run"]: {"epoch": r["epoch_seconds"], "process": r["process_seconds"],
+                                                   "new_cache_files": r["new_cache_files"]} for r in first["rows"]}
     return found
 
 
@@ -291,6 +300,7 @@ summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timesp
            "gpu_tests_nccl": last_line("gpu-tests-nccl"),
            "sanitizers": {tool: last_line(f"sanitizer-{tool}") for tool in ("memcheck", "racecheck")},
            "routing_speed": json_tail("routing-speed"), "train_step_cuda": json_tail("train-step-cuda"),
+           "first_epoch": json_tail("first-epoch"),
            "cuda_graph_equals_eager": last_line("cuda-graph-equals-eager"),
            "figures": figures(json_tail("routing-speed"), json_tail("train-step-cuda"), epoch_figures),
            "fashion_mnist_epoch": epoch_figures}

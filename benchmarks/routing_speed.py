@@ -4,7 +4,9 @@ forward and forward+backward (gradients of W and u), for each implementation:
     numpy   the engine on the CPU
     cupy    the engine on the GPU with plain CuPy ops (kernels.use_raw_kernels(False))
     raw     the engine on the GPU with our RawKernels (forward op by op, as with a gradient)
-    fused   forward only: the engine's prediction, then routing_forward's single kernel (no_grad)
+    fused   forward only: the engine's prediction, then routing_forward (no_grad): S blocks per
+            example and one launch per iteration, or one block per example and one launch where
+            I is small (routing.choose_forward_slices)
     torch   the same math in PyTorch eager: on CUDA where there is a GPU, else on the CPU
 
 On a GPU machine the default is the GPU implementations only (cupy raw fused torch); without
@@ -20,7 +22,8 @@ launcher call end to end (checks, allocation, launch); the bandwidth fraction is
 kernel time.
 
     python benchmarks/routing_speed.py [--batch 100] [--in-caps 1152] [--out-caps 10] [--dim 16]
-        [--in-dim 8] [--iterations 3] [--repeat 20] [--impl cupy raw fused torch] [--json]
+        [--in-dim 8] [--iterations 3] [--repeat 20] [--impl cupy raw fused torch]
+        [--forward-slices 4 8 11 16 36] [--json]
 """
 from __future__ import annotations
 
@@ -321,17 +324,29 @@ def raw_kernels(args, bandwidth, repeat):
     trained_w = w.copy()  # updated in place by every adam_step replay
     adam_state = [w * 0.1, w * 0.01, cupy.abs(w) * 1e-3]  # its gradient, exp_avg, exp_avg_sq
     step_count, rate = cupy.zeros(1, dtype=cupy.int32), cupy.full(1, 1e-3, dtype=cupy.float64)  # capturable Adam's
+    sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
+    chosen = routing.choose_forward_slices(u_hat.shape, u_hat.dtype, sms)
+    slices_label = "one block, one launch" if chosen == routing.SINGLE_BLOCK else f"{chosen} slices"
     cases = {
         "capsule_predict": (lambda run: capsule.capsule_predict(u, w, run), u.nbytes + w.nbytes + u_hat.nbytes),
         "capsule_grad (u and W, one pass)": (lambda run: capsule.capsule_grad(u_hat, u, w, run),
                                              u_hat.nbytes + 2 * (u.nbytes + w.nbytes)),
+        "capsule_predict (W[i] in shared memory: the previous kernel)": (
+            lambda run: capsule.capsule_predict(u, w, run, registers=False), u.nbytes + w.nbytes + u_hat.nbytes),
+        "capsule_grad (u and W, one pass, W[i] in shared memory: the previous kernel)": (
+            lambda run: capsule.capsule_grad(u_hat, u, w, run, registers=False), u_hat.nbytes + 2 * (u.nbytes + w.nbytes)),
         "capsule_grad_u": (lambda run: capsule.capsule_grad_u(u_hat, w, run), u_hat.nbytes + w.nbytes + u.nbytes),
         "capsule_grad_w": (lambda run: capsule.capsule_grad_w(u_hat, u, run), u_hat.nbytes + u.nbytes + w.nbytes),
         "routing_weighted_sum": (lambda run: routing.routing_weighted_sum(c, u_hat, run),
                                  u_hat.nbytes + c.nbytes + v.nbytes),
         "routing_agreement": (lambda run: routing.routing_agreement(u_hat, v, run), u_hat.nbytes + v.nbytes + c.nbytes),
-        f"routing_forward ({r} iterations)": (lambda run: routing.routing_forward(u_hat, r, runner=run),
-                                              (2 * r - 1) * u_hat.nbytes + 3 * c.nbytes + v.nbytes),
+        # the sliced kernel reads u_hat once per iteration (one launch each), the logits r - 2 times,
+        # and writes them r - 1 times and c once; the one-block kernel reads u_hat 2r - 1 times
+        f"routing_forward ({r} iterations, {slices_label} per example)": (
+            lambda run: routing.routing_forward(u_hat, r, runner=run), r * u_hat.nbytes + (2 * r - 2) * c.nbytes + v.nbytes),
+        f"routing_forward ({r} iterations, one block per example)": (
+            lambda run: routing.routing_forward(u_hat, r, runner=run, slices=routing.SINGLE_BLOCK),
+            (2 * r - 1) * u_hat.nbytes + 3 * c.nbytes + v.nbytes),
         f"routing_outer_products ({terms} terms)": (lambda run: routing.routing_outer_products(p, q, run),
                                                     u_hat.nbytes + p.nbytes + q.nbytes),
         "squash_rows (PrimaryCaps' capsules)": (lambda run: activation.squash_rows(primary, runner=run), 2 * primary.nbytes),
@@ -345,11 +360,17 @@ def raw_kernels(args, bandwidth, repeat):
             lambda run: optim.adam_step_capturable(trained_w, *adam_state, None, step_count, rate, (0.9, 0.999), 1e-8,
                                                    runner=run), 7 * w.nbytes),
         "im2col (PrimaryCaps)": (lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run), x.nbytes + col.nbytes),
+        "im2col (PrimaryCaps, im2col_rows: one grid row per column row, the previous kernel)": (
+            lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, planes=False), x.nbytes + col.nbytes),
         "im2col, one element per thread (PrimaryCaps)": (
             lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, by_rows=False), x.nbytes + col.nbytes),
         "col2im (PrimaryCaps)": (lambda run: conv.col2im(col, x.shape, (9, 9), (2, 2), (0, 0), False, run),
                                  x.nbytes + col.nbytes),
     }
+    for forced in getattr(args, "forward_slices", None) or ():  # a sweep over S, to tune the heuristic
+        cases[f"routing_forward ({r} iterations, {forced} slices per example, forced)"] = (
+            lambda run, forced=forced: routing.routing_forward(u_hat, r, runner=run, slices=forced),
+            r * u_hat.nbytes + (2 * r - 2) * c.nbytes + v.nbytes)
     out = {}
     for name, (call, nbytes) in cases.items():
         recorder = RecordingRunner()
@@ -408,6 +429,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--impl", nargs="+", choices=["numpy", "cupy", "raw", "fused", "torch"], default=None,
                         help="default: cupy raw fused torch with a GPU, numpy torch without")
+    parser.add_argument("--forward-slices", type=int, nargs="*", default=[],
+                        help="also time routing_forward alone with each of these slices per example")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.impl is None:

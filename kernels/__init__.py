@@ -15,14 +15,18 @@ against NumPy: that checking code is the sub-package ``checking/``.
 
     gemm.py     matrix products through cuBLAS, called through ctypes (capturable in a CUDA graph)
     launch.py   the launch record, source loading, the CuPy runner, launch-limit checks
+    modules.py  what the GPU runner compiles: each .cu as one RawModule per dtype
+    warmup.py   every module of a dtype compiled for a GPU at once, in parallel, at its first launch
+                (``warm_up``; ahead of time: ``python -m tinygrad_caps.kernels.warmup``)
     moved.py    old module paths that still import, with a DeprecationWarning (every layer uses it)
     device.py   DeviceError, device names and contexts, array modules (the engine's too)
 """
 from . import moved
 from .launch import raw_kernels_enabled, use_raw_kernels
+from .warmup import warm_up
 
 # the checking modules' paths before kernels/checking/ (CHANGELOG.md): they warn, and go in 0.2
 moved.install(__name__, {"emulation": "checking.emulation", "selftest": "checking.selftest",
                          "compile_check": "checking.compile_check"})
 
-__all__ = ["raw_kernels_enabled", "use_raw_kernels"]
+__all__ = ["raw_kernels_enabled", "use_raw_kernels", "warm_up"]

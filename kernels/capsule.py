@@ -6,10 +6,49 @@ from __future__ import annotations
 
 import numpy as np
 
-from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
-    default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
+from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, KernelLaunch, aligned, block_limit, \
+    check_int32, default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
 
 GRAD_THREADS = 256  # capsule_grad's default: 8 warps, so 8 rows of g staged per chunk
+# Must match PREDICT_KMAX in capsule.cu: capsule_predict keeps W[i]'s columns in registers up to this K.
+PREDICT_KMAX = 8
+# The register capsule_predict splits B into chunks until about this many (i, chunk) blocks exist
+# (several waves of an H100's 132 SMs x 8 blocks), but leaves each thread at least
+# PREDICT_ROWS_PER_THREAD rows of B to amortize loading its W column group. Depends on the shapes only.
+PREDICT_TILES = 4096
+PREDICT_ROWS_PER_THREAD = 4
+
+
+# Must match GRAD_KMAX in capsule.cu: the register capsule_grad takes K up to this.
+GRAD_KMAX = 8
+# Rows of g the register capsule_grad stages at a time (fewer where shared memory is short). 24 rows
+# of DigitCaps' 160 floats, W[i] and u: 21.6 KB, so 10 of its 96-thread blocks (63 registers) fit
+# an SM and CapsNet's 1,152 blocks one wave of an H100's 132 SMs.
+GRAD_TILE_ROWS = 24
+
+
+def grad_registers_plan(w_shape, dtype, vec: bool, tile_rows: int | None = None):
+    """(tile_rows, pitch, threads, shared values) of the register capsule_grad for W of this shape,
+    or None where it cannot run (K over GRAD_KMAX, more than 1024 threads, or shared memory)."""
+    _, j, d, k = w_shape
+    jd = j * d
+    width = vector_width(dtype) if vec else 1
+    groups = jd // width
+    pitch = jd + (width if (jd // width) % 2 == 0 else 0)  # pitch / width odd: no bank conflicts
+    rows = tile_rows or GRAD_TILE_ROWS
+    while tile_rows is None and rows > 1 and not fits_shared_memory(rows * pitch + jd * k + rows * k, dtype):
+        rows //= 2
+    values = rows * pitch + jd * k + rows * k
+    threads = -(-rows // 32) * 32 + -(-groups // 32) * 32
+    if k > GRAD_KMAX or threads > MAX_THREADS_PER_BLOCK or not fits_shared_memory(values, dtype):
+        return None
+    return rows, pitch, threads, values
+
+
+def predict_chunks(b: int, i: int, thread_rows: int) -> int:
+    """How many chunks of B the register capsule_predict uses (blocks (i, chunk), ``thread_rows``
+    rows of B at a time per block)."""
+    return max(1, min(-(-PREDICT_TILES // max(i, 1)), -(-b // (PREDICT_ROWS_PER_THREAD * thread_rows))))
 
 
 def _sizes(op, u_shape, w_shape):
@@ -51,10 +90,12 @@ def _shared_bytes(op, values, dtype):
     return values * np.dtype(dtype).itemsize
 
 
-def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS):
+def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS, registers: bool | None = None):
     """u_hat[b,i,j,d] = sum_k W[i,j,d,k] u[b,i,k]: u (B,I,K), W (I,J,D,K) -> (B,I,J,D).
 
-    One block per input capsule with W[i] in shared memory; vector stores when J*D allows."""
+    ``registers`` (default: K <= PREDICT_KMAX): blocks (i, chunk of B), each thread holding the K
+    values of one column group of W[i] in registers. Otherwise one block per input capsule with
+    W[i] in shared memory. Both write u_hat with vector stores when J*D allows."""
     xp, (u, W) = prepare("capsule_predict", {"u": u, "W": W}, {"u": 3, "W": 4})
     b, i, j, d, k = _sizes("capsule_predict", u.shape, W.shape)
     out = empty_like_output(xp, (b, i, j, d), u.dtype, like=u)
@@ -62,17 +103,35 @@ def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS):
         return out.reshape(b, i, j, d)
     runner = runner or default_runner([u])
     vec = int((j * d) % vector_width(u.dtype) == 0 and aligned(out))
+    if registers is None:
+        registers = k <= PREDICT_KMAX
+    if registers:
+        if k > PREDICT_KMAX:
+            raise ValueError(f"capsule_predict: registers=True takes K <= {PREDICT_KMAX}, got K={k}")
+        groups = j * d // vector_width(u.dtype) if vec else j * d
+        chunks = predict_chunks(b, i, max(1, threads // groups))
+        rows_per_chunk = -(-b // chunks)
+        chunks = -(-b // rows_per_chunk)  # no empty chunk
+        check_int32("capsule_predict", tasks=i * chunks)
+        runner(KernelLaunch("capsule.cu", f"capsule_predict_{suffix(u.dtype)}",
+                            (min(i * chunks, block_limit(runner)),), (threads,),
+                            (u, W, out) + i32(b, i, j, d, k, chunks, rows_per_chunk, vec), outputs=(2,)))
+        return out
     shared = _shared_bytes("capsule_predict", predict_shared_values(W.shape), u.dtype)
-    runner(KernelLaunch("capsule.cu", f"capsule_predict_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
+    runner(KernelLaunch("capsule.cu", f"capsule_predict_shared_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
                         (u, W, out) + i32(b, i, j, d, k, vec), outputs=(2,), shared_mem=shared))
     return out
 
 
-def capsule_grad(g, u, W, runner=None, threads: int = GRAD_THREADS):
+def capsule_grad(g, u, W, runner=None, threads: int = GRAD_THREADS, registers: bool | None = None,
+                 tile_rows: int | None = None):
     """Both adjoints of the prediction in one pass over g: (grad_u (B,I,K), grad_W (I,J,D,K)).
 
-    g (B,I,J,D), u (B,I,K), W (I,J,D,K). One block per input capsule, W[i] and its gradient in
-    shared memory, a fixed-order loop over b: deterministic."""
+    g (B,I,J,D), u (B,I,K), W (I,J,D,K). One block per input capsule, fixed-order loops over b:
+    deterministic. ``registers`` (default: where :func:`grad_registers_plan` allows, K <= GRAD_KMAX):
+    tiles of ``tile_rows`` rows of g in shared memory, grad_u's and grad_W's sums in registers
+    (capsule.cu: grad_registers; its block size follows from the shapes). Otherwise W[i] and its
+    gradient in shared memory, ``threads`` per block."""
     xp, (g, u, W) = prepare("capsule_grad", {"g": g, "u": u, "W": W}, {"g": 4, "u": 3, "W": 4})
     b, i, j, d, k = _sizes("capsule_grad", u.shape, W.shape)
     if g.shape != (b, i, j, d):
@@ -86,9 +145,24 @@ def capsule_grad(g, u, W, runner=None, threads: int = GRAD_THREADS):
     if threads % 32:
         raise ValueError(f"capsule_grad: threads must be a multiple of 32 (whole warps), got {threads}")
     runner = runner or default_runner([g])
+    vec = bool((j * d) % vector_width(u.dtype) == 0 and aligned(g))
+    plan = None
+    if registers is not False:
+        plan = grad_registers_plan(W.shape, u.dtype, vec, tile_rows)
+        if plan is None and vec:
+            vec, plan = False, grad_registers_plan(W.shape, u.dtype, False, tile_rows)
+        if plan is None and registers:
+            raise ValueError(f"capsule_grad: registers=True needs K <= {GRAD_KMAX} and J*D = {j * d} columns that "
+                             f"fit a block, got K={k}")
+    if plan is not None:
+        rows, pitch, block, values = plan
+        runner(KernelLaunch("capsule.cu", f"capsule_grad_{suffix(u.dtype)}", (min(i, block_limit(runner)),),
+                            (block,), (g, u, W, grad_u, grad_w) + i32(b, i, j, d, k, rows, pitch, vec), outputs=(3, 4),
+                            shared_mem=values * u.itemsize))
+        return grad_u, grad_w
     shared = _shared_bytes("capsule_grad", grad_shared_values(W.shape, threads), u.dtype)
-    runner(KernelLaunch("capsule.cu", f"capsule_grad_{suffix(u.dtype)}", (min(i, block_limit(runner)),), (threads,),
-                        (g, u, W, grad_u, grad_w) + i32(b, i, j, d, k), outputs=(3, 4), shared_mem=shared))
+    runner(KernelLaunch("capsule.cu", f"capsule_grad_shared_{suffix(u.dtype)}", (min(i, block_limit(runner)),),
+                        (threads,), (g, u, W, grad_u, grad_w) + i32(b, i, j, d, k), outputs=(3, 4), shared_mem=shared))
     return grad_u, grad_w
 
 

@@ -1,11 +1,31 @@
 """Launchers for im2col.cu: ``im2col`` and ``col2im`` on NCHW float32/float64 arrays."""
 from __future__ import annotations
 
-from .launch import (DEFAULT_THREADS, MAX_BLOCKS, MAX_GRID_DIM, MAX_THREADS_PER_BLOCK, KernelLaunch, block_limit,
-                     check_int32, default_runner, empty_like_output, grid_for, i32, prepare, suffix)
+import numpy as np
+
+from .launch import (DEFAULT_THREADS, MAX_BLOCKS, MAX_GRID_DIM, MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, KernelLaunch,
+                     aligned, block_limit, check_int32, default_runner, empty_like_output, grid_for, i32, prepare,
+                     suffix)
 
 INT32_LIMIT = 2 ** 31
-ROW_COLUMNS_PER_THREAD = 4  # im2col_rows: consecutive columns per thread
+ROW_COLUMNS_PER_THREAD = 4  # im2col_rows and im2col_planes: consecutive columns per thread
+PLANE_BYTES = 16 * 1024     # im2col_planes: the shared memory a block stages image planes in
+
+
+def planes_plan(image_shape, kernel_hw, out_hw, dtype, threads: int):
+    """(images per block, row groups, block size, shared bytes) of im2col_planes, or None where one
+    image plane does not fit shared memory or one image's columns need more than ``threads`` threads."""
+    n, _, h, w = image_shape
+    (kh, kw), (oh, ow) = kernel_hw, out_hw
+    plane_bytes = h * w * np.dtype(dtype).itemsize
+    images = min(n, PLANE_BYTES // plane_bytes, threads * ROW_COLUMNS_PER_THREAD // (oh * ow))
+    if images >= ROW_COLUMNS_PER_THREAD:
+        images -= images % ROW_COLUMNS_PER_THREAD  # a group's columns then start 16-byte aligned
+    if images < 1 or plane_bytes * images > MAX_SHARED_BYTES:
+        return None
+    quads = -(-images * oh * ow // ROW_COLUMNS_PER_THREAD)
+    row_groups = max(1, min(kh * kw, threads // quads))
+    return images, row_groups, quads * row_groups, images * plane_bytes
 
 
 def _output_size(size, kernel, stride, padding):
@@ -36,12 +56,14 @@ def _kernel_name(op, dtype, sizes, index_bits):
 
 
 def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: int = DEFAULT_THREADS,
-           index_bits: int | None = None, by_rows: bool = True):
+           index_bits: int | None = None, by_rows: bool = True, planes: bool = True):
     """x (N, C, H, W) -> col (C*kh*kw, N*OH*OW); columns (oy, ox, n) if ``batch_last`` else (n, oy, ox).
 
     ``kernel``, ``stride`` and ``padding`` are (h, w) pairs; ``index_bits`` forces 32- or 64-bit
-    index math (None: 32 where the sizes allow); ``by_rows=False`` forces the one-element-per-thread
-    kernel where ``im2col_rows`` would serve (see im2col.cu). Returns the new array.
+    index math (None: 32 where the sizes allow). For (n, oy, ox) columns ``im2col_planes`` serves
+    where an image plane fits shared memory (``planes=False``: not), then ``im2col_rows``;
+    ``by_rows=False`` forces the one-element-per-thread kernel instead of both (see im2col.cu).
+    Returns the new array.
     """
     xp, (x,) = prepare("im2col", {"x": x}, {"x": 4})
     geometry = _geometry("im2col", x.shape, kernel, stride, padding)
@@ -50,13 +72,24 @@ def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: i
     if col.size:
         runner = runner or default_runner([x])
         rows, columns = col.shape
+        plan = planes_plan(x.shape, (kh, kw), (oh, ow), x.dtype, threads) \
+            if planes and by_rows and not batch_last and index_bits != 64 and columns < INT32_LIMIT else None
+        if plan is not None:
+            images, row_groups, block, shared = plan
+            vec = int(columns % 4 == 0 and images * oh * ow % 4 == 0 and aligned(col))
+            tasks = c * -(-n // images)
+            runner(KernelLaunch("im2col.cu", f"im2col_planes_{suffix(x.dtype)}", (min(tasks, block_limit(runner)),),
+                                (block,), (x, col) + i32(*geometry, images, row_groups, vec), outputs=(1,),
+                                shared_mem=shared))
+            return col
         overshoot = MAX_BLOCKS * MAX_THREADS_PER_BLOCK * ROW_COLUMNS_PER_THREAD  # a column index plus one grid stride
         blocks = block_limit(runner)  # (the emulator may cap the blocks of a whole grid)
         if by_rows and not batch_last and index_bits != 64 and rows <= min(MAX_GRID_DIM[1], blocks) and \
                 columns + overshoot < INT32_LIMIT and x.size < INT32_LIMIT:
             grid = (max(1, min(blocks // rows, -(-columns // (threads * ROW_COLUMNS_PER_THREAD)))), rows)
+            vec = int(columns % ROW_COLUMNS_PER_THREAD == 0 and aligned(col))  # every row starts 16-byte aligned
             runner(KernelLaunch("im2col.cu", f"im2col_rows_{suffix(x.dtype)}", grid, (threads,),
-                                (x, col) + i32(*geometry), outputs=(1,)))
+                                (x, col) + i32(*geometry, vec), outputs=(1,)))
             return col
         name = _kernel_name("im2col", x.dtype, (col.size, x.size), index_bits)
         runner(KernelLaunch("im2col.cu", name, grid_for(col.size, threads, runner), (threads,),

@@ -100,3 +100,14 @@ def on_device(device: str):
     if device.startswith("cuda"):
         return cupy_module().cuda.Device(cuda_index(device))
     return contextlib.nullcontext()
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessor_count(device_id: int) -> int:
+    return int(cupy_module().cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"])
+
+
+def multiprocessor_count(array, default: int) -> int:
+    """The SM count of the GPU that holds ``array`` (asked once per GPU), or ``default`` for a
+    NumPy array (the CPU emulation): what a launcher sizes a grid by."""
+    return _multiprocessor_count(array.device.id) if is_cupy_array(array) else default

@@ -7,10 +7,22 @@
 // im2col_rows is the (n, oy, ox) layout with one row of the column matrix per grid row (blockIdx.y
 // < 65536) and four consecutive columns per thread: the row's (c, ky, kx) is decoded once, a
 // column's (n, oy, ox) once per four, and the rest is counted, not divided; the launcher takes it
-// when the sizes fit 32-bit indices and the rows the grid's y dimension.
+// when the sizes fit 32-bit indices and the rows the grid's y dimension. With vec (N*OH*OW a
+// multiple of 4, col 16-byte aligned) a thread writes its four columns with one float4 store (two
+// double2): a warp's store is 512 contiguous bytes instead of four strided ones.
+// im2col_planes (below) serves the (n, oy, ox) layout first where an image plane fits shared memory.
 // col2im gathers per input pixel (no atomics), so its sums are deterministic, and it visits only
 // the kernel offsets that land on an output pixel: ky = ky0, ky0 + sh, ... with ky0 the first
 // offset >= max(0, iy + ph - (OH-1)*sh) that is congruent to iy + ph modulo sh.
+
+#ifndef EMULATED_DYNAMIC_SHARED_MEMORY
+// The launch's dynamic shared memory (the CPU emulation supplies its own).
+__device__ __forceinline__ void* dynamic_shared_memory()
+{
+    extern __shared__ __align__(16) unsigned char dynamic_shared_bytes[];
+    return dynamic_shared_bytes;
+}
+#endif
 
 namespace im2col_kernels {
 
@@ -44,9 +56,17 @@ __device__ void im2col_impl(const T* __restrict__ x, T* __restrict__ col, int n,
     }
 }
 
+// Four values to p[0..3] in one float4 store or two double2 stores (p 16-byte aligned).
+__device__ __forceinline__ void store_four(float* p, const float* v) { *(float4*)p = make_float4(v[0], v[1], v[2], v[3]); }
+__device__ __forceinline__ void store_four(double* p, const double* v)
+{
+    ((double2*)p)[0] = make_double2(v[0], v[1]);
+    ((double2*)p)[1] = make_double2(v[2], v[3]);
+}
+
 template <typename T>
 __device__ void im2col_rows_impl(const T* __restrict__ x, T* __restrict__ col, int n, int c, int h, int w,
-                                 int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+                                 int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow, int vec)
 {
     constexpr int per_thread = 4;
     const int row = blockIdx.y;
@@ -61,20 +81,91 @@ __device__ void im2col_rows_impl(const T* __restrict__ x, T* __restrict__ col, i
         const int rest = first / ow;
         int oy = rest % oh;
         int ni = rest / oh;
+        T values[per_thread];
 #pragma unroll
         for (int k = 0; k < per_thread; ++k) {
-            if (first + k < ncols) {
-                const int iy = oy * sh - ph + ky;
-                const int ix = ox * sw - pw + kx;
-                const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
-                out[first + k] = inside ? x[((ni * c + ch) * h + iy) * w + ix] : T(0);
-            }
+            const int iy = oy * sh - ph + ky;
+            const int ix = ox * sw - pw + kx;
+            const bool inside = first + k < ncols && iy >= 0 && iy < h && ix >= 0 && ix < w;
+            values[k] = inside ? x[((ni * c + ch) * h + iy) * w + ix] : T(0);
             if (++ox == ow) {
                 ox = 0;
                 if (++oy == oh) {
                     oy = 0;
                     ++ni;
                 }
+            }
+        }
+        if (vec && first + per_thread <= ncols) {  // the row starts on a 16-byte boundary (ncols % 4 == 0)
+            store_four(out + first, values);
+        } else {
+#pragma unroll
+            for (int k = 0; k < per_thread; ++k)
+                if (first + k < ncols) out[first + k] = values[k];
+        }
+    }
+}
+
+// im2col_planes: the (n, oy, ox) layout from image planes staged in shared memory. Block task
+// (channel ch, group of ``images`` images): the block copies the group's H*W planes of channel ch
+// into shared memory (contiguous, coalesced reads: x is read once in all), then writes the
+// kh*kw rows (ch, ky, kx) of the group's columns. Thread (row group, quad) decodes its four
+// consecutive columns (image, oy, ox) once and walks its rows (ky, kx) by counting, reading the
+// four values from shared memory and writing them with one float4 (two double2) store where vec
+// (every group's columns start 16-byte aligned), else four scalar stores.
+template <typename T>
+__device__ void im2col_planes_impl(const T* __restrict__ x, T* __restrict__ col, int n, int c, int h, int w,
+                                   int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow, int images,
+                                   int row_groups, int vec)
+{
+    T* planes = (T*)dynamic_shared_memory();  // (images, h, w)
+    const int plane = h * w, ohow = oh * ow, ncols = n * ohow, krows = kh * kw;
+    const int groups = (n + images - 1) / images;
+    const int quads = (images * ohow + 3) / 4;
+    const int row_group = threadIdx.x / quads, quad = threadIdx.x - row_group * quads;
+    const int rows_per_group = (krows + row_groups - 1) / row_groups;
+    for (int task = blockIdx.x; task < c * groups; task += gridDim.x) {
+        const int ch = task / groups, n0 = (task - ch * groups) * images;
+        const int here = min(images, n - n0), span = here * ohow;  // images and columns of this group
+        __syncthreads();  // the previous task's readers are done with the planes
+        for (int e = threadIdx.x; e < here * plane; e += blockDim.x) {
+            const int image = e / plane;
+            planes[e] = x[((long long)(n0 + image) * c + ch) * plane + (e - image * plane)];
+        }
+        __syncthreads();
+        const int first = quad * 4;
+        if (row_group >= row_groups || first >= span) continue;
+        const int image0 = first / ohow, rest = first - image0 * ohow, oy0 = rest / ow, ox0 = rest - oy0 * ow;
+        const int r_begin = row_group * rows_per_group, r_end = min(krows, r_begin + rows_per_group);
+        int ky = r_begin / kw, kx = r_begin - ky * kw;
+        T* out = col + ((long long)ch * krows + r_begin) * ncols + (long long)n0 * ohow + first;
+        for (int r = r_begin; r < r_end; ++r, out += ncols) {
+            T values[4];
+            int image = image0, oy = oy0, ox = ox0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int iy = oy * sh - ph + ky;
+                const int ix = ox * sw - pw + kx;
+                const bool inside = first + k < span && iy >= 0 && iy < h && ix >= 0 && ix < w;
+                values[k] = inside ? planes[(image * h + iy) * w + ix] : T(0);
+                if (++ox == ow) {
+                    ox = 0;
+                    if (++oy == oh) {
+                        oy = 0;
+                        ++image;
+                    }
+                }
+            }
+            if (vec && first + 4 <= span) {
+                store_four(out, values);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    if (first + k < span) out[k] = values[k];
+            }
+            if (++kx == kw) {
+                kx = 0;
+                ++ky;
             }
         }
     }
@@ -159,12 +250,22 @@ extern "C" __global__ void col2im_i32_f64(const double* __restrict__ col, double
     im2col_kernels::col2im_impl<double, int>(col, x, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, batch_last);
 }
 
-extern "C" __global__ void im2col_rows_f32(const float* __restrict__ x, float* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+extern "C" __global__ void im2col_rows_f32(const float* __restrict__ x, float* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow, int vec)
 {
-    im2col_kernels::im2col_rows_impl<float>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+    im2col_kernels::im2col_rows_impl<float>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, vec);
 }
 
-extern "C" __global__ void im2col_rows_f64(const double* __restrict__ x, double* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow)
+extern "C" __global__ void im2col_rows_f64(const double* __restrict__ x, double* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow, int vec)
 {
-    im2col_kernels::im2col_rows_impl<double>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow);
+    im2col_kernels::im2col_rows_impl<double>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, vec);
+}
+
+extern "C" __global__ void im2col_planes_f32(const float* __restrict__ x, float* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow, int images, int row_groups, int vec)
+{
+    im2col_kernels::im2col_planes_impl<float>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, images, row_groups, vec);
+}
+
+extern "C" __global__ void im2col_planes_f64(const double* __restrict__ x, double* __restrict__ col, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw, int oh, int ow, int images, int row_groups, int vec)
+{
+    im2col_kernels::im2col_planes_impl<double>(x, col, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, images, row_groups, vec);
 }

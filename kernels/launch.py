@@ -4,8 +4,10 @@ A launcher (``conv.py``, ``capsule.py``, ``routing.py``) validates its arrays (o
 device: :class:`DeviceError` otherwise), allocates the outputs on that device, and builds
 :class:`KernelLaunch` records (kernel name, grid, block, arguments, dynamic shared memory). A
 *runner* executes them: :func:`run_on_gpu` on the GPU that holds the arrays, through a CuPy
-``RawModule`` compiled once per process and device (the kernel objects are cached too), or
+``RawModule`` compiled once per process, device and dtype (``modules.py``; the kernel objects are
+cached too), or
 ``checking.emulation.Emulator`` on the CPU with the very same record. Both check CUDA's launch limits.
+The first launch of a dtype on a GPU compiles every module of that dtype at once, in parallel (``warmup.py``).
 The engine asks :func:`kernel_runner_for` which runner serves an array.
 """
 from __future__ import annotations
@@ -192,21 +194,13 @@ def i32(*values):
 
 
 @functools.lru_cache(maxsize=None)
-def _raw_module(source: str, device_id: int):
-    import cupy
-
-    with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=source_text(source), options=NVRTC_OPTIONS)
-        try:
-            module.compile()
-        except cupy.cuda.compiler.CompileException as exc:
-            raise RuntimeError(f"compiling kernels/{source} failed:\n{exc.get_message()}") from exc
-    return module
-
-
-@functools.lru_cache(maxsize=None)
 def _raw_kernel(source: str, kernel: str, device_id: int):
-    return _raw_module(source, device_id).get_function(kernel)
+    from .modules import kernel_variant, raw_module
+    from .warmup import warm_up_at_first_launch
+
+    variant = kernel_variant(kernel)
+    warm_up_at_first_launch(device_id, variant)  # every module of this dtype at once, in parallel (once)
+    return raw_module(source, variant, device_id).get_function(kernel)
 
 
 def launch_device_id(launch: KernelLaunch) -> int:

@@ -18,16 +18,19 @@ What a captured function must respect (the engine's ops do; CuPy raises where th
   ``kernels.gemm``, which calls cuBLAS directly; dropout masks drawn by cuRAND cannot be captured);
 - its shapes do not change between calls (a last, smaller batch runs eagerly instead).
 
-Memory: CuPy's pool has no pool private to a graph. A buffer that the captured work allocates and
-frees goes back to the pool when the capture ends, and the pool would hand it to the next array
-that asks, while every replay still writes there (CuPy issue 9655). So during the capture every
-allocation is made through an allocator that keeps its memory for the graph's lifetime.
+Memory: the capture allocates from a pool private to the graph (``graph_pool.GraphPool``, as
+PyTorch's graphs do), in which a buffer freed during the capture is reused by a later allocation
+of the same capture: a captured step needs about the eager step's peak (``captured_bytes``), and
+no buffer the graph uses is handed to another array while it lives; ``close()`` gives it back.
 """
 from __future__ import annotations
+
+import gc
 
 import numpy as np
 
 from . import backend
+from .graph_pool import GraphPool
 from .tensor import Tensor
 
 
@@ -90,12 +93,19 @@ class CapturedStep:
         self.device = self.inputs[0].device
         with backend.on_device(self.device):
             self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.graph, self.calls, self._kept = None, 0, []
+        self.graph, self.calls, self._pool = None, 0, None
 
     @property
     def captured(self) -> bool:
         """Whether the graph exists (calls now replay it)."""
         return self.graph is not None
+
+    @property
+    def captured_bytes(self) -> int:
+        """Bytes of device memory the graph's private pool holds (0 before the capture and after
+        ``close``): what the captured step needs beyond the buffers that existed before it (the
+        parameters, the optimizer's state, the static inputs)."""
+        return 0 if self._pool is None else self._pool.reserved_bytes()
 
     def __call__(self, *arrays):
         """Copy ``arrays`` (NumPy or CuPy) into the static inputs and run the step; see the class docstring.
@@ -139,38 +149,40 @@ class CapturedStep:
     def _capture(self):
         import cupy
 
-        pool = cupy.get_default_memory_pool()
-        kept = []
-
-        def keeping_malloc(size):
-            memory = pool.malloc(size)
-            kept.append(memory)  # the graph's buffers stay allocated as long as the graph lives
-            return memory
-
-        previous = getattr(cupy.cuda, "get_allocator", lambda: pool.malloc)()
         self.stream.synchronize()
-        cupy.cuda.set_allocator(keeping_malloc)
+        # What the warm-up steps freed sits cached in CuPy's default pool, where the graph's pool
+        # cannot take it: give it back to the device first (as PyTorch empties its cache before a capture).
+        gc.collect()
+        cupy.get_default_memory_pool().free_all_blocks()
+        pool = GraphPool(self.device)
         try:
-            self.stream.begin_capture()
-            try:
-                self.fn()
-            except Exception as exc:
+            with pool.allocating():
+                self.stream.begin_capture()
                 try:
-                    self.stream.end_capture()
-                except Exception:  # noqa: BLE001  (the capture was invalidated; its first cause is reported)
-                    pass
-                raise CaptureError(f"the step cannot be captured as a CUDA graph: {type(exc).__name__}: {exc}") from exc
-            graph = self.stream.end_capture()
-        finally:
-            cupy.cuda.set_allocator(previous)
+                    self.fn()
+                except Exception as exc:
+                    try:
+                        self.stream.end_capture()
+                    except Exception:  # noqa: BLE001  (the capture was invalidated; its first cause is reported)
+                        pass
+                    raise CaptureError(f"the step cannot be captured as a CUDA graph: {type(exc).__name__}: "
+                                       f"{exc}") from exc
+                graph = self.stream.end_capture()
+        except BaseException:
+            pool.release()
+            raise
         graph.upload(self.stream)
-        self.graph, self._kept = graph, kept
+        self.graph, self._pool = graph, pool
 
     def synchronize(self) -> None:
         """Wait until every step issued so far has run."""
         self.stream.synchronize()
 
     def close(self) -> None:
-        """Drop the graph and the memory it kept (after ``synchronize``)."""
+        """Wait for the steps issued, drop the graph and give its pool's memory back to the device
+        (what arrays made during the capture still hold, such as the gradients, when they go)."""
         self.synchronize()
-        self.graph, self._kept = None, []
+        self.graph = None
+        if self._pool is not None:
+            self._pool.release()
+            self._pool = None

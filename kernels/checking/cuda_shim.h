@@ -543,6 +543,24 @@ inline T atomicAdd(T* address, T value)
     return std::atomic_ref<T>(*address).fetch_add(value);
 }
 
+// A fence between a thread's writes to global memory and what it does next. ThreadSanitizer does
+// not model fences (and g++ warns about them under it), so there it is left out: the atomicAdd
+// a kernel takes its ticket with (sequentially consistent) orders the blocks for the sanitizer.
+inline void __threadfence()
+{
+#ifndef __SANITIZE_THREAD__
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// A load that skips the SM's L1 cache on the GPU (for data other blocks wrote during the launch);
+// the CPU has one coherent memory.
+template <typename T>
+inline T __ldcg(const T* address)
+{
+    return *address;
+}
+
 template <class T>
 inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32)
 {

@@ -245,7 +245,8 @@ class Emulator:
 CAPSULE_CHECK_SHAPES = ((1, 3, 2, 3, 2), (3, 5, 3, 5, 3), (9, 4, 2, 8, 2))  # (B, I, J, D, K): tails, JD odd and % 4
 ROUTING_CHECK_SHAPES = ((1, 3, 2, 3), (3, 9, 3, 8), (2, 5, 2, 64))   # (B, I, J, D): scalar and vector paths
 CONV_CHECK_CASES = (((1, 2, 5, 4), (3, 2), (2, 1), (1, 0)), ((2, 1, 4, 4), (2, 2), (1, 1), (1, 1)),
-                    ((1, 2, 7, 6), (3, 3), (3, 2), (2, 1)))
+                    ((1, 2, 7, 6), (3, 3), (3, 2), (2, 1)),
+                    ((2, 1, 5, 5), (2, 2), (1, 1), (0, 0)))  # 32 columns: vector stores
 
 
 def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 32) -> list[str]:
@@ -292,6 +293,11 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
             compare("routing_forward (v)", v_out, want_v, dtype)
             compare("routing_forward (c)", c_out, want_c, dtype)
             compare("routing_forward (logits)", logits, want_logits, dtype)
+            for slices in (1, 2, 3):  # the sliced kernel: S blocks per example, the last one shorter
+                for name, got, want in zip(("v", "c", "logits"),
+                                           routing.routing_forward(du_hat, 3, 1e-8, runner, threads=threads, slices=slices),
+                                           (want_v, want_c, want_logits)):
+                    compare(f"routing_forward, {slices} slices ({name})", got, want, dtype)
             p, q = draw((3, b, i, j), dtype), draw((3, b, j, d), dtype)
             for wide in (False, True):
                 compare(f"routing_outer_products ({64 if wide else 32}-bit)",
@@ -335,10 +341,13 @@ def selfcheck(runner, to_device=np.asarray, to_host=np.asarray, threads: int = 3
                 for bits in (32, 64):
                     col = conv.im2col(to_device(x), kernel, stride, padding, batch_last, runner, threads, bits)
                     compare(f"im2col ({bits}-bit)", col, reference_im2col(x, kernel, stride, padding, batch_last), dtype)
-                    if bits == 32 and not batch_last:  # the one-element-per-thread kernel beside im2col_rows
+                    if bits == 32 and not batch_last:  # the kernels beside im2col_planes
                         compare("im2col (one element per thread)",
                                 conv.im2col(to_device(x), kernel, stride, padding, False, runner, threads, 32,
                                             by_rows=False), reference_im2col(x, kernel, stride, padding, False), dtype)
+                        compare("im2col_rows",
+                                conv.im2col(to_device(x), kernel, stride, padding, False, runner, threads, 32,
+                                            planes=False), reference_im2col(x, kernel, stride, padding, False), dtype)
                     r = draw(tuple(col.shape), dtype)
                     back = conv.col2im(to_device(r), shape, kernel, stride, padding, batch_last, runner, threads, bits)
                     compare(f"col2im ({bits}-bit)", back, reference_col2im(r, shape, kernel, stride, padding, batch_last),

@@ -57,6 +57,8 @@ def capsnet_sized_check(cp) -> list[str]:
     u_hat = g * 0.01
     fused_v, _, _ = routing.routing_forward(cp.asarray(u_hat, dtype=cp.float32), 3)
     compare("routing_forward", fused_v, reference_routing(u_hat, 3, 1e-8)[0])
+    single_v, _, _ = routing.routing_forward(cp.asarray(u_hat, dtype=cp.float32), 3, slices=routing.SINGLE_BLOCK)
+    compare("routing_forward (one block per example)", single_v, reference_routing(u_hat, 3, 1e-8)[0])
     x = rng.standard_normal((100, 256, 20, 20))
     col = conv.im2col(cp.asarray(x, dtype=cp.float32), (9, 9), (2, 2), (0, 0), False)
     back = conv.col2im(col, x.shape, (9, 9), (2, 2), (0, 0), False)

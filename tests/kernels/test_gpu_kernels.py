@@ -75,10 +75,14 @@ def test_one_pass_adjoint_and_fused_routing_equal_numpy_and_are_deterministic(cp
     s = routing.routing_weighted_sum(cp.asarray(c), cp.asarray(g))
     assert bool((routing.routing_weighted_sum(cp.asarray(c), cp.asarray(g)) == s).all())
     u_hat = g * 0.05
-    v, coupling, logits = routing.routing_forward(cp.asarray(u_hat), 3)
     want = reference_routing(u_hat, 3, 1e-8)
-    for got, expected in zip((v, coupling, logits), want):
-        np.testing.assert_allclose(got.get(), expected, **tol)
+    # the automatic choice, one block per example, and the sliced kernel with 1, 3 and 11 slices
+    for slices in (None, routing.SINGLE_BLOCK, 1, 3, 11):
+        v, coupling, logits = routing.routing_forward(cp.asarray(u_hat), 3, slices=slices)
+        for got, expected in zip((v, coupling, logits), want):
+            np.testing.assert_allclose(got.get(), expected, **tol)
+        again = routing.routing_forward(cp.asarray(u_hat), 3, slices=slices)  # bitwise the same, run to run
+        assert all(bool((x == y).all()) for x, y in zip(again, (v, coupling, logits))), slices
 
 
 @pytest.mark.parametrize("amsgrad, decoupled", [(False, False), (True, False), (True, True)])

@@ -88,11 +88,14 @@ def test_adam_steps_on_the_kernel_path_equal_the_array_path(optimizer, options, 
 
 
 @pytest.mark.parametrize("w_shape, kernels_expected, kernels_not_expected", [
-    # float64: 6,144 values fit a block's 48 KiB. W[i] fits, but not with its gradient and the
-    # staged rows: the adjoints run as two kernels
-    ((2, 4, 16, 48), {"capsule_predict", "capsule_grad_u", "capsule_grad_w"}, {"capsule_grad"}),
+    # float64: 6,144 values fit a block's 48 KiB. K = 48 is over the register kernels' 8: W[i]
+    # fits the shared-memory prediction, but not with its gradient and the staged rows: the
+    # adjoints run as two kernels
+    ((2, 4, 16, 48), {"capsule_predict_shared", "capsule_grad_u", "capsule_grad_w"},
+     {"capsule_predict", "capsule_grad", "capsule_grad_shared"}),
     # W[i] alone does not fit (6,272 values): the prediction takes the NumPy path
-    ((2, 8, 28, 28), {"capsule_grad_u", "capsule_grad_w"}, {"capsule_predict", "capsule_grad"}),
+    ((2, 8, 28, 28), {"capsule_grad_u", "capsule_grad_w"},
+     {"capsule_predict", "capsule_predict_shared", "capsule_grad", "capsule_grad_shared"}),
 ])
 def test_capsule_layers_too_large_for_shared_memory_take_another_path(w_shape, kernels_expected,
                                                                       kernels_not_expected):
@@ -109,8 +112,9 @@ def test_second_derivatives_on_the_kernel_path():
     _, used = kernels_used(lambda: (check_double_grad(F.capsule_predict, [u, w], max_elementwise=0, directions=3),
                                     check_double_grad(lambda a, b: F.conv2d(a, b, None, 2, 1), [x, kernel],
                                                       max_elementwise=0, directions=3)))
-    # the adjoints' own ops (second order) ran on their kernels too
-    assert {"capsule_predict", "capsule_grad_u", "capsule_grad_w", "im2col_i32", "col2im_i32"} <= used
+    # the adjoints' own ops (second order) ran on their kernels too (im2col of 2 images: (n, oy, ox)
+    # columns from staged image planes)
+    assert {"capsule_predict", "capsule_grad_u", "capsule_grad_w", "im2col_planes", "col2im_i32"} <= used
 
 
 def routing_loss_and_gradients():

@@ -34,14 +34,16 @@ def close(got, want, dtype):
 
 
 @given(b=st.integers(1, 12), i=st.integers(1, 24), j=st.integers(1, 6), d=st.integers(1, 18), k=st.integers(1, 9),
-       dtype=DTYPES, threads=WARPS, max_blocks=GRID_CAPS, seed=st.integers(0, 2 ** 16))
-def test_capsule_kernels_over_generated_shapes(b, i, j, d, k, dtype, threads, max_blocks, seed):
+       dtype=DTYPES, threads=WARPS, max_blocks=GRID_CAPS, registers=st.sampled_from([None, False]),
+       tile_rows=st.sampled_from([None, 1, 3]), seed=st.integers(0, 2 ** 16))
+def test_capsule_kernels_over_generated_shapes(b, i, j, d, k, dtype, threads, max_blocks, registers, tile_rows, seed):
+    """K up to 9: the register kernels (K <= 8, tiles of g of 1, 3 or 32 rows) and the shared-memory ones."""
     rng = np.random.default_rng(seed)
     u, w = rng.standard_normal((b, i, k)).astype(dtype), rng.standard_normal((i, j, d, k)).astype(dtype)
     g = rng.standard_normal((b, i, j, d)).astype(dtype)
     run = emulator(max_blocks)
-    close(capsule.capsule_predict(u, w, run, threads), np.einsum("ijdk,bik->bijd", w, u), dtype)
-    grad_u, grad_w = capsule.capsule_grad(g, u, w, run, threads)
+    close(capsule.capsule_predict(u, w, run, threads, registers=registers), np.einsum("ijdk,bik->bijd", w, u), dtype)
+    grad_u, grad_w = capsule.capsule_grad(g, u, w, run, threads, registers=registers, tile_rows=tile_rows)
     close(grad_u, np.einsum("ijdk,bijd->bik", w, g), dtype)
     close(grad_w, np.einsum("bijd,bik->ijdk", g, u), dtype)
     close(capsule.capsule_grad_u(g, w, run, threads), np.einsum("ijdk,bijd->bik", w, g), dtype)
@@ -88,10 +90,12 @@ def test_row_activation_kernels_over_generated_shapes(shape, scale, dtype, threa
 
 @given(b=st.integers(1, 4), i=st.integers(1, 24), j=st.integers(1, 10), d=st.integers(1, 20),
        iterations=st.integers(1, 3), dtype=DTYPES, threads=st.sampled_from([1, 7, 32, 64, 256, 1024]),
+       slices=st.sampled_from([None, routing.SINGLE_BLOCK, 1, 2, 5, 30]), max_blocks=GRID_CAPS,
        seed=st.integers(0, 2 ** 16))
-def test_fused_routing_forward_over_generated_shapes(b, i, j, d, iterations, dtype, threads, seed):
+def test_fused_routing_forward_over_generated_shapes(b, i, j, d, iterations, dtype, threads, slices, max_blocks, seed):
+    """Both kernels: one block per example, and S blocks per example (several, or more than I)."""
     u_hat = np.random.default_rng(seed).standard_normal((b, i, j, d)).astype(dtype) * 0.3
-    got = routing.routing_forward(u_hat, iterations, 1e-8, emulator(None), threads=threads)
+    got = routing.routing_forward(u_hat, iterations, 1e-8, emulator(max_blocks), threads=threads, slices=slices)
     for name, value, want in zip(("v", "c", "logits"), got, reference_routing(u_hat, iterations, 1e-8)):
         close(value, want, dtype)
 

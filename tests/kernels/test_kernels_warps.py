@@ -238,7 +238,7 @@ def test_max_blocks_makes_grid_stride_loops_take_several_passes():
     np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, threads=32),
                                np.einsum("ijdk,bik->bijd", w, u), rtol=1e-12, atol=1e-12)
     assert all(grid[0] * grid[1] * grid[2] <= 2 for _, grid, _, _ in emulator.launches)
-    # the agreement alone needs 3 * 70 / (1 warp * 4 rows) = 54 tiles: many passes per block
+    # the agreement alone needs 3 * ceil(70 / 32) = 9 tiles of 32 rows (8 vectors per thread): several passes per block
     assert len(emulator.launches) == 4
 
 

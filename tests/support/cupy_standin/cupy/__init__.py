@@ -31,7 +31,10 @@ without a GPU to tell it:
   the capture), cuBLAS (``matmul``, ``dot``, ``einsum``...) and cuRAND (``cupy.random``). The graph
   holds no buffer alive, as on a GPU: a launch that finds a buffer it recorded freed (CuPy's pool
   would have handed it to another array) raises instead of silently corrupting; memory from an
-  allocator set with ``cupy.cuda.set_allocator`` lives as long as the returned ``MemoryPointer``;
+  allocator set with ``cupy.cuda.set_allocator`` lives as long as the returned ``MemoryPointer``,
+  and a pool of one's own (``cupy.cuda.MemoryPool()``) is modelled chunk by chunk, overwriting
+  what is freed (``cuda/_pool.py``);
+- ``RawModule`` compiles through a model of CuPy's on-disk kernel cache (``cuda/compiler.py``);
 - ``cupy.cuda.standin_cublas``: what ``tinygrad_caps.kernels.gemm`` calls instead of cuBLAS
   through ctypes (allowed in a capture, as cuBLAS is).
 

@@ -1,7 +1,9 @@
 """``cupy.cuda`` of the CPU stand-in: devices, streams (with capture into graphs), events, memory
-hooks and allocators, RawModule, and cuBLAS's matrix product for ``tinygrad_caps.kernels.gemm``."""
+hooks, allocators and pools (``_pool.py``), RawModule (compiled through a model of CuPy's kernel
+cache, ``compiler.py``), and cuBLAS's matrix product for ``tinygrad_caps.kernels.gemm``."""
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -11,6 +13,7 @@ import numpy
 
 from .. import DEVICE_COUNT, _capture, _current_device, _local, _owners, _pool_lock, ndarray
 from . import compiler, nvrtc, runtime  # noqa: F401
+from ._pool import MemoryPool
 
 
 def is_available() -> bool:
@@ -427,7 +430,9 @@ def _memory_event(kind, device, size, pointer):
             hook.free_postprocess(**info)
 
 
-class MemoryPool:
+class _DefaultPool(MemoryPool):
+    """The default pool: every array not made through an allocator of one's own, counted in ``_live``."""
+
     def malloc(self, size):
         """A MemoryPointer that will hold the next array's memory (see ``set_allocator``)."""
         return MemoryPointer(0, _current_device())
@@ -443,14 +448,14 @@ class MemoryPool:
     def free_bytes(self):
         return 0
 
+    def n_free_blocks(self):
+        return 0
+
     def free_all_blocks(self, stream=None):
         pass
 
-    def set_limit(self, size=None, fraction=None):
-        pass
 
-
-_POOL = MemoryPool()
+_POOL = _DefaultPool()
 
 
 _allocator = threading.local()
@@ -464,6 +469,17 @@ def set_allocator(allocator=None):
 
 def get_allocator():
     return getattr(_allocator, "current", None) or _POOL.malloc
+
+
+@contextlib.contextmanager
+def using_allocator(allocator=None):
+    """``set_allocator`` for this thread within the context; the one before comes back after it."""
+    previous = getattr(_allocator, "current", None)
+    _allocator.current = allocator
+    try:
+        yield
+    finally:
+        _allocator.current = previous
 
 
 def _allocated(array, size):
@@ -480,6 +496,7 @@ def set_pinned_memory_allocator(allocator=None):
 # ----- RawModule: our kernels on the CPU emulation -----
 _emulator = None
 _emulator_lock = threading.Lock()
+_libraries_lock = threading.Lock()
 
 
 def _emulator_instance():
@@ -541,9 +558,12 @@ class RawModule:
                                        code))
 
     def compile(self, log_stream=None):
-        _emulator_instance().libraries()
+        compiler.compile_with_cache(self.code, self.options, _current_device())
+        with _libraries_lock:  # pool threads compile modules in parallel; the emulation builds once
+            _emulator_instance().libraries()
 
     def get_function(self, name):
+        compiler.compile_with_cache(self.code, self.options, _current_device())  # CuPy compiles at first use
         if name not in self._kernels:
             raise runtime.CUDARuntimeError(f"cudaErrorNotFound: named symbol {name!r} not found in this module")
         return RawKernel(name, self.code)

@@ -1,5 +1,5 @@
 """``cupy.cuda.runtime`` of the CPU stand-in."""
-from .. import DEVICE_COUNT
+from .. import DEVICE_COUNT, _current_device, _local
 
 
 class CUDARuntimeError(RuntimeError):
@@ -8,6 +8,17 @@ class CUDARuntimeError(RuntimeError):
 
 def getDeviceCount() -> int:
     return DEVICE_COUNT
+
+
+def getDevice() -> int:
+    return _current_device()
+
+
+def setDevice(device: int) -> None:
+    """Make GPU ``device`` current for this thread (CUDA 12: its primary context too)."""
+    if not 0 <= device < DEVICE_COUNT:
+        raise CUDARuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {device}")
+    _local.device = int(device)
 
 
 def getDeviceProperties(device: int) -> dict:
