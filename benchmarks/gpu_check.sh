@@ -283,6 +283,11 @@ def figures(routing, step, epoch_figures):
     if kernels:
         found["kernel_fraction_of_copy_bandwidth"] = {name: round(k["fraction_of_copy_bandwidth"], 3)
                                                       for name, k in kernels.items()}
+        found["kernel_bandwidth_goals"] = {name: {"fraction": round(k["fraction_of_copy_bandwidth"], 3),
+                                                  "goal": k["goal_fraction_of_copy_bandwidth"], "met": k["goal_met"]}
+                                           for name, k in kernels.items() if "goal_met" in k}
+    if routing.get("fused_forward_speedup"):
+        found["fused_forward_speedup"] = routing["fused_forward_speedup"]
     if "train_seconds" in epoch_figures:
         found["epoch_seconds"] = epoch_figures["train_seconds"]
     first = json_tail("first-epoch")

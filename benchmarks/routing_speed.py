@@ -302,6 +302,31 @@ def kernel_seconds(records, repeat):
     return cupy.cuda.get_elapsed_time(start, stop) / 1e3 / repeat
 
 
+# The kernels' goals, as fractions of the copy bandwidth measured in the same run (kernel time), and
+# the fused forward's speed-up over the op-by-op forward (raw); each figure is printed beside its goal.
+KERNEL_BANDWIDTH_GOALS = {"capsule_predict": 0.80, "capsule_grad (u and W, one pass)": 0.50,
+                          "capsule_grad_u": 0.50, "capsule_grad_w": 0.50, "routing_agreement": 0.60,
+                          "im2col (PrimaryCaps)": 0.50}
+FUSED_FORWARD_SPEEDUP_GOAL = 5.0
+
+
+def with_goal(name: str, figures: dict) -> dict:
+    """``figures`` of the kernel ``name`` with its bandwidth goal and whether it is met (where it has one)."""
+    goal = KERNEL_BANDWIDTH_GOALS.get(name)
+    if goal is None:
+        return figures
+    return dict(figures, goal_fraction_of_copy_bandwidth=goal, goal_met=figures["fraction_of_copy_bandwidth"] >= goal)
+
+
+def fused_forward_speedup(rows) -> dict | None:
+    """{"speedup": the op-by-op (raw) forward's median over the fused one's, "goal", "met"} at "highest", or None."""
+    by = {r["impl"]: r["median_s"] for r in rows if r["pass"] == "forward" and r["precision"] == "highest"}
+    if "raw" not in by or "fused" not in by:
+        return None
+    speedup = by["raw"] / by["fused"]
+    return {"speedup": speedup, "goal": FUSED_FORWARD_SPEEDUP_GOAL, "met": speedup >= FUSED_FORWARD_SPEEDUP_GOAL}
+
+
 def raw_kernels(args, bandwidth, repeat):
     """Each kernel alone on the GPU: kernel-only and end-to-end op seconds, bytes it must move,
     fraction of copy bandwidth (from the kernel time), at DigitCaps' and PrimaryCaps' sizes."""
@@ -377,8 +402,9 @@ def raw_kernels(args, bandwidth, repeat):
         call(recorder)
         kernel = kernel_seconds(recorder.records, repeat)
         op = statistics.median(time_pass("raw", lambda: call(None), repeat, 3))
-        out[name] = {"kernel_seconds": kernel, "op_seconds": op, "bytes": nbytes, "launches": len(recorder.records),
-                     "fraction_of_copy_bandwidth": nbytes / kernel / bandwidth}
+        out[name] = with_goal(name, {"kernel_seconds": kernel, "op_seconds": op, "bytes": nbytes,
+                                     "launches": len(recorder.records),
+                                     "fraction_of_copy_bandwidth": nbytes / kernel / bandwidth})
     return out
 
 
@@ -472,6 +498,9 @@ def main():
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = False
     result = {"info": info, "copy_bandwidth_bytes_per_s": bandwidth, "rows": rows}
+    speedup = fused_forward_speedup(rows)
+    if speedup is not None:
+        result["fused_forward_speedup"] = speedup
     if tc.gpu_available() and "raw" in args.impl:
         result["raw_kernels"] = raw_kernels(args, bandwidth["cuda"], args.repeat)
     if args.json:
@@ -492,9 +521,15 @@ def main():
         for a, b in (("raw", "cupy"), ("raw", "torch-cuda"), ("fused", "raw"), ("numpy", "torch-cpu")):
             if (a, pass_name) in by and (b, pass_name) in by:
                 print(f"ratio {a}/{b} {pass_name}: {by[(a, pass_name)] / by[(b, pass_name)]:.2f}")
+    speedup = result.get("fused_forward_speedup")
+    if speedup:
+        print(f"fused forward: {speedup['speedup']:.2f}x the op-by-op forward (goal >= {speedup['goal']:g}x: "
+              f"{'met' if speedup['met'] else 'NOT met'})")
     for name, k in result.get("raw_kernels", {}).items():
+        goal = (f"  goal >= {k['goal_fraction_of_copy_bandwidth']:.0%}: {'met' if k['goal_met'] else 'NOT met'}"
+                if "goal_met" in k else "")
         print(f"kernel {name:<34} kernel {k['kernel_seconds'] * 1e6:8.1f} us  op {k['op_seconds'] * 1e6:8.1f} us  "
-              f"{k['bytes'] / 1e6:7.1f} MB  {k['fraction_of_copy_bandwidth']:.0%} of copy bandwidth")
+              f"{k['bytes'] / 1e6:7.1f} MB  {k['fraction_of_copy_bandwidth']:.0%} of copy bandwidth{goal}")
 
 
 if __name__ == "__main__":

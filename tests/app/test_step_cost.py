@@ -170,3 +170,20 @@ def test_the_compile_time_limit_interrupts_what_runs_past_it():
     with time_limit(5):  # within the limit: nothing happens, and the alarm is off afterwards
         pass
     time.sleep(0.01)
+
+
+def test_the_kernel_table_sets_each_goal_beside_its_figure_and_the_fused_forward_its_speedup():
+    from routing_speed import KERNEL_BANDWIDTH_GOALS, fused_forward_speedup, with_goal
+
+    assert KERNEL_BANDWIDTH_GOALS["capsule_predict"] == 0.8 and KERNEL_BANDWIDTH_GOALS["routing_agreement"] == 0.6
+    assert KERNEL_BANDWIDTH_GOALS["capsule_grad_u"] == KERNEL_BANDWIDTH_GOALS["capsule_grad_w"] == 0.5
+    met = with_goal("capsule_predict", {"fraction_of_copy_bandwidth": 0.81})
+    assert met["goal_fraction_of_copy_bandwidth"] == 0.8 and met["goal_met"] is True
+    assert with_goal("im2col (PrimaryCaps)", {"fraction_of_copy_bandwidth": 0.49})["goal_met"] is False
+    assert "goal_met" not in with_goal("softmax_rows (coupling)", {"fraction_of_copy_bandwidth": 0.3})
+    rows = [{"impl": "raw", "pass": "forward", "precision": "highest", "median_s": 1.0e-3},
+            {"impl": "fused", "pass": "forward", "precision": "highest", "median_s": 0.25e-3},
+            {"impl": "raw", "pass": "forward+backward", "precision": "highest", "median_s": 9.0}]
+    speedup = fused_forward_speedup(rows)
+    assert speedup["speedup"] == pytest.approx(4.0, abs=1e-12) and speedup["goal"] == 5.0 and not speedup["met"]
+    assert fused_forward_speedup(rows[:1]) is None
