@@ -32,6 +32,9 @@ case "$*" in
         echo "<testsuites><testsuite tests=\\"5\\" failures=\\"0\\" errors=\\"0\\" skipped=\\"$skipped\\"/></testsuites>" > "${{@: -1}}"
         echo "5 tests, $skipped skipped"; exit 0 ;;
     "routing_speed.py "*) echo "table"; printf '{{\\n  "rows": [1, 2]\\n}}\\n'; exit 0 ;;
+    "benchmarks/first_epoch.py "*)
+        printf '{{"rows": [{{"run": "cold", "epoch_seconds": 4.5, "process_seconds": 9.0, "new_cache_files": 8}}]}}\\n'
+        exit 0 ;;
     "train_step.py "*)
         echo "$*" >> "${{CALLS:-/dev/null}}"
         if [ "$GPU_STEPS" = "failing" ]; then sleep 60; fi
@@ -87,6 +90,7 @@ def test_every_step_runs_and_each_failure_is_named(tmp_path):
     assert failed[2].startswith("train-step-cuda (timed out after ")
     # the train step used up the budget: what is left is not run, and says so
     assert failed[3:] == ["cuda-graph-equals-eager (not run: the budget is spent)",
+                          "first-epoch (not run: the budget is spent)",
                           "sanitizer-memcheck (not run: the budget is spent)",
                           "sanitizer-racecheck (not run: the budget is spent)",
                           "epoch-fashion-mnist (not run: the budget is spent)"]
@@ -111,6 +115,7 @@ def test_a_passing_check_gathers_every_figure(tmp_path):
     assert summary["cuda_graph_equals_eager"].startswith("captured vs eager weights")
     assert summary["figures"]["train_step_ms"][0]["ours_eager"] == 10.0
     assert summary["figures"]["epoch_seconds"] == 12.0
+    assert summary["figures"]["first_epoch_seconds"] == {"cold": {"epoch": 4.5, "process": 9.0, "new_cache_files": 8}}
     assert summary["fashion_mnist_epoch"] == {"train_seconds": 12.0, "images_per_second": 5000.0,
                                               "train_accuracy": 0.8, "test_accuracy_first_1000": 0.85}
     assert "gpu_check passed" in result.stdout
