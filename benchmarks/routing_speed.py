@@ -208,29 +208,11 @@ def peak_memory(impl, fn):
     return None
 
 
-def pool_peak_class():
-    """A cupy MemoryHook that follows live bytes of the memory pool and keeps their peak."""
-    import cupy
-
-    class _PoolPeak(cupy.cuda.MemoryHook):
-        name = "PoolPeak"
-
-        def __init__(self):
-            self.live = self.peak = 0
-
-        def malloc_postprocess(self, **info):
-            self.live += info["mem_size"]
-            self.peak = max(self.peak, self.live)
-
-        def free_postprocess(self, **info):
-            self.live -= info["mem_size"]
-
-    return _PoolPeak
-
-
 def PoolPeak():
-    """A fresh pool-peak hook (used as a context manager)."""
-    return pool_peak_class()()
+    """A fresh pool-peak hook (used as a context manager): the engine's ``graph_pool.peak_bytes_hook``."""
+    from tinygrad_caps.graph_pool import peak_bytes_hook
+
+    return peak_bytes_hook()
 
 
 def minimum_bytes(args, itemsize, backward):

@@ -90,15 +90,14 @@ def _drop_retired() -> None:
     _retired[:] = keep
 
 
-def step_peak_bytes(fn, device: str) -> int:
-    """Run ``fn()`` once on ``device`` (a GPU); return the peak of device bytes its allocations
-    held above what was held when it began: an eager step's peak, which a captured step's
-    ``captured_bytes`` is compared with. Counted by a CuPy memory hook (every pool's allocations,
-    in the sizes the pool rounds them to)."""
+def peak_bytes_hook():
+    """A new CuPy memory hook (a context manager) that follows the bytes CuPy's pools hand out
+    while it is active: ``live`` now and ``peak``, the most at any moment (in the sizes the pools
+    round them to)."""
     import cupy
 
-    class _Peak(cupy.cuda.MemoryHook):
-        name = "StepPeak"
+    class PeakBytesHook(cupy.cuda.MemoryHook):
+        name = "PeakBytes"
 
         def __init__(self):
             self.live = self.peak = 0
@@ -110,7 +109,16 @@ def step_peak_bytes(fn, device: str) -> int:
         def free_postprocess(self, **info):
             self.live -= info["mem_size"]
 
-    hook = _Peak()
+    return PeakBytesHook()
+
+
+def step_peak_bytes(fn, device: str) -> int:
+    """Run ``fn()`` once on ``device`` (a GPU); return the peak of device bytes its allocations
+    held above what was held when it began: an eager step's peak, which a captured step's
+    ``captured_bytes`` is compared with (``peak_bytes_hook``)."""
+    import cupy
+
+    hook = peak_bytes_hook()
     with backend.on_device(device), hook:
         fn()
         cupy.cuda.get_current_stream().synchronize()
