@@ -56,28 +56,37 @@ def run_lock(run_dir, wait_seconds: float = 0.0):
     node waits for its lock to go stale), then refused with LockHeld naming the holder."""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     path = Path(run_dir) / RUN_LOCK_FILE
+    held_by = "is being trained by another process"
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            with held_lock(path, "is being trained by another process") as held:
-                yield held
-            return
+            text = acquire(path, held_by)
+            break
         except LockHeld:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
+    with _holding(path, text):
+        yield path
 
 
 @contextlib.contextmanager
 def held_lock(path: Path, held_by: str):
     """Hold the lock file ``path`` for the block, touching it every HEARTBEAT_SECONDS; ``held_by``
     completes the refusal "<folder> <held_by> (pid P on H, started T)"."""
-    text = acquire(path, held_by)
+    with _holding(path, acquire(path, held_by)):
+        yield path
+
+
+@contextlib.contextmanager
+def _holding(path: Path, text: str):
+    """For the block, touch the lock file ``path`` (which holds ``text``, this process's) every
+    HEARTBEAT_SECONDS; remove it when the block ends."""
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(path, text, stop), daemon=True, name=f"heartbeat {path.name}")
     beat.start()
     try:
-        yield path
+        yield
     finally:
         stop.set()
         beat.join()
