@@ -235,6 +235,8 @@ def _alive(pid):
     (["--executor", "ray", "--jobs", "2"], "--jobs: the local executor's"),
     (["--ray-address", "127.0.0.1:6379"], "--ray-address: options of --executor ray"),
     (["--max-retries", "-1"], "--max-retries must be at least 0, got -1"),
+    (["--jobs", "1000000000000"], "--jobs must be at most 4096, got 1000000000000"),
+    (["--runs-per-device", "5000"], "--runs-per-device must be at most 4096, got 5000"),
 ])
 def test_bad_scheduling_options_are_one_line_errors_with_nothing_created(
         tmp_path, data_options, capsys, extra, message):

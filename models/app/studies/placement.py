@@ -25,6 +25,7 @@ from ...errors import UsageError
 
 EXECUTORS = ("local", "ray")
 THREAD_VARIABLES = ("TINYGRAD_CAPS_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+MAX_RUNS_AT_ONCE = 4096  # --jobs, and --runs-per-device (each GPU's slots): far above any machine's
 SCHEDULING_OPTIONS = ("executor", "jobs", "threads_per_run", "devices", "runs_per_device", "ray_address",
                       "cpus_per_run", "gpus_per_run", "max_retries")
 
@@ -69,6 +70,8 @@ def study_placement(options: dict, device) -> Placement:
     _at_least("--threads-per-run", threads, 1)
     _at_least("--runs-per-device", runs_per_device, 1)
     _at_least("--max-retries", max_retries, 0)
+    _at_most("--jobs", jobs, MAX_RUNS_AT_ONCE)
+    _at_most("--runs-per-device", runs_per_device, MAX_RUNS_AT_ONCE)
     max_retries = 3 if max_retries is None else max_retries
     cpus, gpus = options.get("cpus_per_run"), options.get("gpus_per_run")
     if cpus is not None and not cpus > 0:
@@ -107,6 +110,11 @@ def study_placement(options: dict, device) -> Placement:
 def _at_least(flag: str, value, least: int) -> None:
     if value is not None and value < least:
         raise UsageError(f"{flag} must be at least {least}, got {value}")
+
+
+def _at_most(flag: str, value, most: int) -> None:
+    if value is not None and value > most:
+        raise UsageError(f"{flag} must be at most {most}, got {value}")
 
 
 def _device_name(device) -> str:
