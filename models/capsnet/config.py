@@ -22,8 +22,10 @@ import numpy as np
 
 from .decoders import DECODERS
 from .initialization import CAPSULE_INITS
+from .losses import SPREAD_MARGIN_SCHEDULES
 from .recipes import (CLASS_LOSSES, FROM_RECIPE, INPUT_ACTIVATIONS, INVERSE_TEMPERATURE_RANGE, PARTS, RECIPES,
                       Recipe, RecipePartError, checked_inverse_temperature, resolve)
+from .routing.em import EM_COST_SCALES, EM_INITIAL_ASSIGNMENTS
 from .routing import GRADIENT_MODES, routing_names, routing_recipe, routing_traits
 from .squash import DEFAULT_SQUASH_EPS, SQUASHES
 
@@ -332,15 +334,34 @@ class CapsNetConfig(ModelConfig):
                                     "batch-normed convolution beside PrimaryCaps); recipe: the recipe's")
     class_loss: str = choice(FROM_RECIPE, (FROM_RECIPE, *CLASS_LOSSES),
                              "the loss on the class scores: margin (Sabour et al.), spread (Hinton et al. 2018, its "
-                             "margin from 0.2 to 0.9 over the run's steps) or nll (-log of the target's score, for "
+                             "margin by --spread-margin-schedule) or nll (-log of the target's score, for "
                              "self-routing's scores, which sum to 1); recipe: the recipe's (margin under common)")
+    spread_margin_schedule: str = choice(
+        FROM_RECIPE, (FROM_RECIPE, *SPREAD_MARGIN_SCHEDULES),
+        "the spread loss's margin over the run: paper (0.2 to 0.9, linear in the steps done), ibm (the authors' "
+        "formula of the global step, as IBM's code runs it: 0.2 + 0.79 sigmoid(min(10, step/50000 - 4))) or "
+        "sr-capsnet (SR-CapsNet's 0.2 + 0.2 epoch/epochs); recipe: the recipe's (paper under common, ibm under "
+        "em's authors'); refused with another class loss")
+    em_cost_scale: str = choice(
+        "none", EM_COST_SCALES,
+        "EM routing's cost scaling (--routing em): none (Hinton et al.'s Procedure 1, SR-CapsNet) or ibm (IBM's "
+        "code multiplies the cost by 100 J / I, J output and I input capsules)")
+    em_initial_assignment: str = choice(
+        "uniform", EM_INITIAL_ASSIGNMENTS,
+        "EM routing's first assignments R (--routing em): uniform 1/J (Procedure 1, IBM's code) or ones "
+        "(SR-CapsNet's code, which scales the first M-step's mass by J)")
 
     def __post_init__(self):
         super().__post_init__()
         self.recipe_parts()  # a part that does not apply to the routing: an OptionError naming it
+        if not routing_traits(self.routing).has_inverse_temperature:
+            for name, default in (("em_cost_scale", "none"), ("em_initial_assignment", "uniform")):
+                if getattr(self, name) != default:
+                    raise OptionError(type(self).__name__, name, f"applies to EM routing only (--routing em), not "
+                                                                 f"to routing {self.routing!r}")
 
     def recipe_parts(self) -> Recipe:
-        """The five parts the model uses (``recipes.PARTS``): each part set here, the others the
+        """The six parts the model uses (``recipes.PARTS``): each part set here, the others the
         recipe's (``recipe``: "common", or "authors": the routing's registered recipe). OptionError
         naming the part where one does not apply to the routing."""
         try:

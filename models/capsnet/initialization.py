@@ -15,8 +15,12 @@ its CLI choices are derived from this table.
                I J K, all but the output pose size; in our layout (I, J, D, K) the product of all
                sizes but D. Biases as the model built them.
     "kaiming-uniform"  SR-CapsNet's (Hahn et al. 2019, ``modules.py``: PyTorch's
-               ``kaiming_uniform_`` of their W (I, J*D, K)): U(-b, b), b = sqrt(6 / fan_in), fan_in
-               PyTorch's for that layout: J D K. Biases as the model built them.
+               ``kaiming_uniform_``): U(-b, b), b = sqrt(6 / fan_in), fan_in PyTorch's (size(1) times the
+               sizes after it) for the layout of SR-CapsNet's weight of that routing
+               (``KAIMING_LAYOUTS``; a layer's ``kaiming_layout``): "vector", SelfRouting2d's W1
+               (kkA, J*D, K) (modules.py:233), fan_in J D K; "pose-matrix", EmRouting2d's W
+               (kkA, J, 4, 4) (modules.py:92-93), fan_in J * 16 = J D, the pose's D = 16 values
+               standing for their 4x4 matrix. Biases as the model built them.
 """
 from __future__ import annotations
 
@@ -51,11 +55,25 @@ def he_normal_std(weight_shape) -> float:
     return math.sqrt(2.0 / (in_caps * out_caps * in_dim)) / KERAS_TRUNCATION_STD
 
 
-def kaiming_uniform_bound(weight_shape) -> float:
-    """The bound b of PyTorch's kaiming_uniform_ for SR-CapsNet's W (I, J*D, K), that is of a
-    routing weight (I, J, D, K): sqrt(6 / (J D K))."""
+KAIMING_LAYOUTS = ("vector", "pose-matrix")
+
+
+def kaiming_uniform_fan_in(weight_shape, layout: str = "vector") -> int:
+    """PyTorch's fan-in of SR-CapsNet's weight for a routing weight (I, J, D, K) in ``layout``:
+    "vector" (W1 (I, J*D, K)): J D K; "pose-matrix" (EM's W (I, J, 4, 4), D = 16 pose values): J D."""
     _, out_caps, out_dim, in_dim = weight_shape
-    return math.sqrt(6.0 / (out_caps * out_dim * in_dim))
+    if layout == "vector":
+        return out_caps * out_dim * in_dim
+    if layout == "pose-matrix":
+        return out_caps * out_dim
+    raise ValueError(f"kaiming_uniform_fan_in: layout must be one of {', '.join(KAIMING_LAYOUTS)}, got {layout!r}")
+
+
+def kaiming_uniform_bound(weight_shape, layout: str = "vector") -> float:
+    """The bound b = sqrt(6 / fan_in) of PyTorch's kaiming_uniform_ for a routing weight (I, J, D, K)
+    laid out as SR-CapsNet's weight of ``layout`` (``kaiming_uniform_fan_in``): sqrt(6 / (J D K)) for
+    "vector", sqrt(6 / (J D)) for "pose-matrix"."""
+    return math.sqrt(6.0 / kaiming_uniform_fan_in(weight_shape, layout))
 
 
 def he_normal_initialization(routing_layers) -> None:
@@ -66,9 +84,10 @@ def he_normal_initialization(routing_layers) -> None:
 
 
 def kaiming_uniform_initialization(routing_layers) -> None:
-    """Every routing layer's weight from PyTorch's kaiming_uniform_, as SR-CapsNet draws its W."""
+    """Every routing layer's weight from PyTorch's kaiming_uniform_, as SR-CapsNet draws its W, on the fan-in
+    of the layer's ``kaiming_layout`` (SR-CapsNet's layout of that routing's weight)."""
     for _, layer in routing_layers:
-        bound = kaiming_uniform_bound(layer.weight.shape)
+        bound = kaiming_uniform_bound(layer.weight.shape, getattr(layer, "kaiming_layout", "vector"))
         nn.init.uniform_(layer.weight, -bound, bound)
 
 

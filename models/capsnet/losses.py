@@ -4,6 +4,9 @@ makes of them (``training_loss``). Every one is built from engine ops, so the en
 gradients (and their gradients)."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from tinygrad_caps import functional as F
@@ -91,19 +94,85 @@ def capsule_loss(lengths, reconstruction, images, labels,
     return (loss, margin, recon) if return_terms else loss
 
 
-# The spread loss's margin schedule (Hinton et al. 2018, section 3.1: "we start with a small margin of
-# 0.2 and linearly increase it during training to 0.9"): m = 0.2 + 0.7 * progress, progress the
-# share of the run's training steps done (0 at the first step, 1 at the end; the Trainer sets it).
+# The spread loss's margin schedules (``SPREAD_MARGIN_SCHEDULES``), each a function of where the run is:
+#   "paper"       Hinton et al. 2018, section 3.1: "we start with a small margin of 0.2 and linearly
+#                 increase it during training to 0.9": m = 0.2 + 0.7 progress, progress the share of
+#                 the run's training steps done (0 at the first step, 1 at the end).
+#   "ibm"         the authors' own formula, given on OpenReview and run by IBM's code
+#                 (IBM/matrix-capsules-with-em-routing models.py:287-294): m = 0.2 + 0.79
+#                 sigmoid(min(10, step / 50000 - 4)), step the global training step; about 0.214
+#                 for the first thousand steps.
+#   "sr-capsnet"  SR-CapsNet's (coder3000/SR-CapsNet loss.py:25-36, ``EmRoutingLoss``): m = 0.2 +
+#                 (0.2 / epochs) min(epoch, epochs), epoch the 0-based index of the current epoch:
+#                 0.2 to 0.36 over 5 epochs.
 SPREAD_MARGIN_START = 0.2
 SPREAD_MARGIN_END = 0.9
+SPREAD_MARGIN_SCHEDULES = ("paper", "ibm", "sr-capsnet")
+IBM_MARGIN_DELTA = 0.79
+IBM_MARGIN_STEPS = 50000.0
+SR_CAPSNET_MARGIN_RISE = 0.2
 NLL_EPS = 1e-12  # under the log of nll_loss: a score that underflowed to 0 costs -log(1e-12), not inf
 
 
 def spread_margin(progress: float) -> float:
     """The spread loss's margin at ``progress`` (the share of the run's training steps done, clipped
-    to [0, 1]): 0.2 + 0.7 * progress, from 0.2 at the start to 0.9 at the end."""
+    to [0, 1]) under the paper's schedule: 0.2 + 0.7 * progress, from 0.2 at the start to 0.9 at the end."""
     progress = min(1.0, max(0.0, float(progress)))
     return SPREAD_MARGIN_START + (SPREAD_MARGIN_END - SPREAD_MARGIN_START) * progress
+
+
+def ibm_spread_margin(step: int) -> float:
+    """The margin of the authors' formula as IBM's code runs it at global training step ``step``:
+    0.2 + 0.79 sigmoid(min(10, step / 50000 - 4))."""
+    z = min(10.0, float(step) / IBM_MARGIN_STEPS - 4.0)
+    return SPREAD_MARGIN_START + IBM_MARGIN_DELTA / (1.0 + math.exp(-z))
+
+
+def sr_capsnet_spread_margin(epoch: int, epochs: int) -> float:
+    """SR-CapsNet's margin in epoch ``epoch`` (0-based) of ``epochs``: 0.2 + (0.2 / epochs) min(epoch, epochs)."""
+    if epochs < 1:
+        raise ValueError(f"sr_capsnet_spread_margin: epochs must be >= 1, got {epochs}")
+    return SPREAD_MARGIN_START + SR_CAPSNET_MARGIN_RISE / epochs * min(max(int(epoch), 0), epochs)
+
+
+@dataclass(frozen=True)
+class TrainingPosition:
+    """Where a run is, for a loss whose margin follows it: ``step`` global training steps done
+    (the current step's index), ``steps_per_epoch`` batches an epoch, ``epochs`` epochs in the run."""
+
+    step: int
+    steps_per_epoch: int
+    epochs: int
+
+    def __post_init__(self):
+        if self.step < 0 or self.steps_per_epoch < 1 or self.epochs < 1:
+            raise ValueError(f"TrainingPosition: step >= 0, steps_per_epoch >= 1 and epochs >= 1, got {self}")
+
+    @property
+    def progress(self) -> float:
+        """The share of the run's steps done: step / (epochs * steps_per_epoch)."""
+        return self.step / (self.epochs * self.steps_per_epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The 0-based index of the current epoch."""
+        return self.step // self.steps_per_epoch
+
+
+def scheduled_spread_margin(schedule: str, position: "TrainingPosition | None") -> float:
+    """The spread loss's margin under ``schedule`` (``SPREAD_MARGIN_SCHEDULES``) at ``position``; a
+    model outside a run (``position`` None) takes the final margin 0.9 under every schedule (the
+    paper's, and SR-CapsNet's own when no epoch is given)."""
+    if schedule not in SPREAD_MARGIN_SCHEDULES:
+        raise ValueError(f"spread margin schedule must be one of {', '.join(SPREAD_MARGIN_SCHEDULES)}, "
+                         f"got {schedule!r}")
+    if position is None:
+        return SPREAD_MARGIN_END
+    if schedule == "paper":
+        return spread_margin(position.progress)
+    if schedule == "ibm":
+        return ibm_spread_margin(position.step)
+    return sr_capsnet_spread_margin(position.epoch, position.epochs)
 
 
 def _class_targets(name: str, scores, labels):

@@ -13,7 +13,8 @@ from .config import CapsNetConfig, keyword_signature
 from .decoders import decoder_parameter_count, make_decoder
 from .image_batch import image_batch
 from .initialization import CAPSULE_INITS
-from .losses import DEFAULT_RECONSTRUCTION_WEIGHT, spread_margin, training_loss
+from .losses import (DEFAULT_RECONSTRUCTION_WEIGHT, SPREAD_MARGIN_END, TrainingPosition, scheduled_spread_margin,
+                     spread_margin, training_loss)
 from .primary_activations import PrimaryActivations
 from .recipes import inverse_temperature_schedule
 from .routing import (LENGTH_EPS, CapsuleLayer, DigitCaps, EMRoutingLayer, capsule_lengths, routing_layer,
@@ -149,12 +150,16 @@ class CapsNet(nn.Module):
             ``em_inverse_temperature`` (a number, one per iteration or "paper") may each be set, and
             win; their default "recipe" takes the recipe's.
 
-    ``loss(output, images, labels)`` is the recipe's training loss; a spread loss reads its margin's
-    schedule from ``training_progress`` (the share of the run's steps done, which the Trainer sets
-    before every step; 1.0, the final margin 0.9, for a model that is not training).
+    ``loss(output, images, labels)`` is the recipe's training loss; a spread loss takes its margin
+    from its schedule (``spread_margin_schedule``) at ``training_position`` (a
+    ``losses.TrainingPosition``: the step, the batches an epoch and the epochs of the run, which the
+    Trainer sets before every step with ``set_training_position``). A model that is not training has
+    none and takes the final margin 0.9; ``training_progress`` (the share of the run's steps done,
+    1.0 by default) stands in for the position under the paper's schedule only.
     """
 
     training_progress = 1.0
+    training_position = None
 
     def __init__(self, config: CapsNetConfig | dict | None = None, **overrides):
         """``config`` (a CapsNetConfig, or its dict form; default: the paper's network) with ``overrides``
@@ -198,6 +203,7 @@ class CapsNet(nn.Module):
         for _, layer in self.routing_layers():
             if isinstance(layer, EMRoutingLayer):
                 layer.inverse_temperature = lambdas if len(set(lambdas)) > 1 else lambdas[0]
+                layer.set_em_options(c.em_cost_scale, c.em_initial_assignment)
         if official:
             self._official_initialization()
         CAPSULE_INITS[parts.capsule_init](self.routing_layers())
@@ -291,8 +297,29 @@ class CapsNet(nn.Module):
 
     @property
     def loss_follows_progress(self) -> bool:
-        """Whether ``loss`` changes with ``training_progress`` (the spread loss's margin schedule)."""
+        """Whether ``loss`` changes with the run's position (the spread loss's margin schedule)."""
         return self.recipe_parts.class_loss == "spread"
+
+    def set_training_position(self, step: int, steps_per_epoch: int, epochs: int) -> None:
+        """Where the run is before a step: ``step`` global steps done, ``steps_per_epoch`` batches an
+        epoch, ``epochs`` epochs in the run (a ``TrainingPosition``; also sets ``training_progress``)."""
+        self.training_position = position = TrainingPosition(step, steps_per_epoch, epochs)
+        self.training_progress = position.progress
+
+    def spread_margin(self, progress: float | None = None) -> float:
+        """The spread loss's margin now: under the paper's schedule at ``progress`` where given, else
+        the schedule's at ``training_position``; a model with no position takes ``training_progress``
+        under the paper's schedule and the final margin 0.9 under the others. ValueError for
+        ``progress`` with a schedule that reads the step or the epoch."""
+        schedule = self.recipe_parts.spread_margin_schedule
+        if progress is not None:
+            if schedule != "paper":
+                raise ValueError(f"CapsNet.loss: progress is the paper schedule's; the {schedule} margin schedule "
+                                 "reads the step and the epoch: set them with set_training_position")
+            return spread_margin(progress)
+        if self.training_position is not None:
+            return scheduled_spread_margin(schedule, self.training_position)
+        return spread_margin(self.training_progress) if schedule == "paper" else scheduled_spread_margin(schedule, None)
 
     def loss(self, output, images, labels, reconstruction_weight: float = DEFAULT_RECONSTRUCTION_WEIGHT, *,
              progress: float | None = None, return_terms: bool = False):
@@ -304,12 +331,12 @@ class CapsNet(nn.Module):
         Args:
             output: what ``forward`` returned (a CapsNetOutput: ``lengths`` (B, K), ``reconstruction``
                 (B, C*H*W)). images: (B, C, H, W), a Tensor or array. labels: (B,) integer classes.
-            progress: the share of the run's steps done, in [0, 1], for the spread loss's margin
-                0.2 + 0.7 progress (default ``training_progress``).
+            progress: the share of the run's steps done, in [0, 1], for the paper schedule's margin
+                0.2 + 0.7 progress (default: the margin ``spread_margin()`` gives now).
         Returns:
             A scalar Tensor; with ``return_terms``, ``(loss, class loss (B,), reconstruction loss (B,))``.
         """
-        margin = spread_margin(self.training_progress if progress is None else progress)
+        margin = self.spread_margin(progress) if self.loss_follows_progress else SPREAD_MARGIN_END
         return training_loss(output.lengths, output.reconstruction, images, labels, self.recipe_parts.class_loss,
                              reconstruction_weight, convention=self.config.conventions, margin=margin,
                              return_terms=return_terms)

@@ -1,13 +1,17 @@
 """Training recipes: the parts around the routing that a routing's authors' code uses, by name.
 
-A recipe fixes five parts (``PARTS``), each also an option of its own (a ``CapsNetConfig`` field):
+A recipe fixes six parts (``PARTS``), each also an option of its own (a ``CapsNetConfig`` field):
 
     input_activations       "lengths" (the primary capsules' lengths) or "learned" (a sigmoid of a
                             batch-normed convolution beside PrimaryCaps, ``primary_activations.py``);
                             read by the routings that take input activations (EM routing, self-routing)
     class_loss              the loss on the class scores (``losses.py``): "margin" (Sabour et al.),
-                            "spread" (Hinton et al. 2018, its margin from 0.2 to 0.9 over the run) or
-                            "nll" (-log of the target's score: the routings whose scores sum to 1)
+                            "spread" (Hinton et al. 2018) or "nll" (-log of the target's score: the
+                            routings whose scores sum to 1)
+    spread_margin_schedule  how the spread loss's margin moves (``losses.SPREAD_MARGIN_SCHEDULES``):
+                            "paper" (0.2 to 0.9, linear over the run), "ibm" (the authors' formula of
+                            the global step, as IBM's code runs it) or "sr-capsnet" (SR-CapsNet's line
+                            over the epochs); read by the spread loss only
     capsule_init            how the routing layers' weights start (``initialization.CAPSULE_INITS``)
     squash                  the capsule nonlinearity (``squash.SQUASHES``)
     em_inverse_temperature  EM routing's lambda: a number, one per iteration, or "paper"
@@ -19,7 +23,7 @@ registration may carry its authors' recipe (``register_routing(..., recipe=...)`
 ``FROM_RECIPE`` ("recipe", every part's default) takes the recipe's. A part that does not apply
 to the chosen routing (``part_refusal``: learned input activations for a routing that reads none,
 the NLL for class scores that do not sum to 1, an EM schedule, "paper" or a list, without EM
-routing) is refused in one line; one number for lambda is taken by every routing, as every run's
+routing), and a margin schedule set for a class loss other than the spread loss, are refused in one line; one number for lambda is taken by every routing, as every run's
 config.json from before recipes records one.
 
 This module imports nothing from ``routing/``: the registry imports it, and ``CapsNetConfig`` hands
@@ -33,11 +37,12 @@ import numbers
 from dataclasses import dataclass
 
 from .initialization import CAPSULE_INITS
-from .losses import CLASS_LOSSES
+from .losses import CLASS_LOSSES, SPREAD_MARGIN_SCHEDULES
 from .squash import SQUASHES
 
 RECIPES = ("common", "authors")
-PARTS = ("input_activations", "class_loss", "capsule_init", "squash", "em_inverse_temperature")
+PARTS = ("input_activations", "class_loss", "capsule_init", "squash", "em_inverse_temperature",
+         "spread_margin_schedule")
 FROM_RECIPE = "recipe"  # a part's default: the recipe's value
 INPUT_ACTIVATIONS = ("lengths", "learned")
 PAPER_SCHEDULE = "paper"
@@ -103,17 +108,19 @@ def inverse_temperature_schedule(value, iterations: int) -> list:
 
 @dataclass(frozen=True)
 class Recipe:
-    """The five parts of a recipe, resolved (no "recipe" left); the defaults are ``COMMON``'s."""
+    """The six parts of a recipe, resolved (no "recipe" left); the defaults are ``COMMON``'s."""
 
     input_activations: str = "lengths"
     class_loss: str = "margin"
     capsule_init: str = "default"
     squash: str = "sabour"
     em_inverse_temperature: object = 1e-3
+    spread_margin_schedule: str = "paper"
 
     def __post_init__(self):
         allowed = {"input_activations": INPUT_ACTIVATIONS, "class_loss": CLASS_LOSSES,
-                   "capsule_init": tuple(CAPSULE_INITS), "squash": tuple(SQUASHES)}
+                   "capsule_init": tuple(CAPSULE_INITS), "squash": tuple(SQUASHES),
+                   "spread_margin_schedule": SPREAD_MARGIN_SCHEDULES}
         for part, choices in allowed.items():
             value = getattr(self, part)
             if value not in choices:
@@ -202,7 +209,7 @@ def resolve(recipe: str, given: dict, authors: Recipe, traits: RoutingTraits, it
     recipe's) over ``COMMON`` (``recipe`` "common") or ``authors`` (the routing's authors' recipe,
     ``recipe`` "authors"). RecipePartError (naming the part, in one line) for an unknown recipe, a
     part that does not apply to the routing of ``traits``, or a schedule whose length is not
-    ``iterations``."""
+    ``iterations``; a margin schedule given for a class loss other than the spread loss."""
     if recipe not in RECIPES:
         raise RecipePartError("recipe", f"must be one of {', '.join(RECIPES)}, got {recipe!r}")
     base = COMMON if recipe == "common" else authors
@@ -217,6 +224,9 @@ def resolve(recipe: str, given: dict, authors: Recipe, traits: RoutingTraits, it
             raise RecipePartError(part, refusal)
         values[part] = value
     resolved = Recipe(**values)
+    if given.get("spread_margin_schedule", FROM_RECIPE) != FROM_RECIPE and resolved.class_loss != "spread":
+        raise RecipePartError("spread_margin_schedule", f"applies to the spread loss only (--class-loss spread), "
+                                                        f"not to the {resolved.class_loss} loss")
     schedule = resolved.em_inverse_temperature
     if traits.has_inverse_temperature and isinstance(schedule, tuple) and len(schedule) != iterations:
         raise RecipePartError("em_inverse_temperature", f"has {len(schedule)} values for {iterations} routing "

@@ -120,6 +120,25 @@ def test_the_registry_refuses_taken_and_unusable_names(users_routing):
         CapsNetConfig(routing="unregistered")
 
 
+def test_the_recipe_ablation_adds_one_authors_part_at_a_time_to_the_common_recipe():
+    from tinygrad_caps.models.capsnet.recipes import COMMON
+    from tinygrad_caps.models.capsnet.routing import routing_recipe
+    configs = get_study("recipe-ablation").configurations()
+    authors = routing_recipe("em")
+    varied = {"common": set(), "activations": {"input_activations"}, "init": {"capsule_init"},
+              "class-loss": {"class_loss", "spread_margin_schedule"}, "lambda": {"em_inverse_temperature"}}
+    assert sorted(configs) == sorted(f"em-{g}-{p}" for g in ("full", "detach") for p in (*varied, "authors"))
+    for gradient in ("full", "detach"):
+        for part, names in varied.items():
+            config = CapsNetConfig(**configs[f"em-{gradient}-{part}"])
+            assert (config.routing, config.routing_gradient, config.recipe) == ("em", gradient, "common")
+            parts = config.recipe_parts().to_dict()
+            differ = {name for name, value in parts.items() if value != COMMON.to_dict()[name]}
+            assert differ == names and all(parts[n] == authors.to_dict()[n] for n in names), (part, parts)
+        whole = CapsNetConfig(**configs[f"em-{gradient}-authors"])
+        assert whole.recipe_parts() == authors and whole.routing_gradient == gradient
+
+
 def test_the_routing_algorithms_study_covers_every_built_in_routing():
     configs = get_study("routing-algorithms").configurations()
     assert {options["routing"] for options in configs.values()} == set(routing_names(builtin=True))

@@ -55,7 +55,7 @@ def test_study_list_shows_every_registered_study_with_what_it_varies_and_its_bud
     assert cli.main(["study", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(STUDIES)
-    built_in = {"routing-ablation", "gradient-modes", "depth", "conventions", "routing-algorithms"}
+    built_in = {"routing-ablation", "gradient-modes", "depth", "conventions", "routing-algorithms", "recipe-ablation"}
     assert set(STUDIES) >= built_in
     for line in lines:  # (the documents' examples may have registered studies of other budgets)
         assert "configurations" in line

@@ -7,14 +7,17 @@ import pytest
 
 import tinygrad_caps as tc
 from tinygrad_caps import functional as F
-from reference_recipes import (inverse_temperatures, keras_he_normal_std, learned_activations, nll_of_log,
-                               spread_loss as reference_spread_loss, spread_margin as reference_spread_margin,
+from reference_recipes import (ibm_layer_norm_factor, ibm_margin, inverse_temperatures, keras_he_normal_std,
+                               learned_activations, nll_of_log, spread_loss as reference_spread_loss,
+                               spread_margin as reference_spread_margin, sr_capsnet_margin,
                                torch_kaiming_uniform_bound)
 from reference_routing_algorithms import em_route
 from tinygrad_caps.gradcheck import check_double_grad, check_grad
 from tinygrad_caps.models import (CapsNet, CapsNetConfig, RoutingLayer, capsule_loss, cli, gradient_flow_report,
                                   register_routing, unregister_routing)
-from tinygrad_caps.models.capsnet.losses import nll_loss, spread_loss, spread_margin, training_loss
+from tinygrad_caps.models.capsnet.losses import (TrainingPosition, ibm_spread_margin, nll_loss,
+                                                scheduled_spread_margin, spread_loss, spread_margin,
+                                                sr_capsnet_spread_margin, training_loss)
 from tinygrad_caps.models.capsnet.recipes import COMMON, PARTS, Recipe, paper_inverse_temperatures
 from tinygrad_caps.models.capsnet.routing import AUTHORS_RECIPES, BUILTIN_ROUTINGS, routing_recipe
 
@@ -135,17 +138,17 @@ def test_authors_recipes_are_the_documented_ones():
     assert {name: routing_recipe(name).to_dict() for name in BUILTIN_ROUTINGS} == {
         "dynamic": COMMON.to_dict(), "uniform": COMMON.to_dict(),
         "em": dict(input_activations="learned", class_loss="spread", capsule_init="kaiming-uniform", squash="sabour",
-                   em_inverse_temperature="paper"),
+                   em_inverse_temperature="paper", spread_margin_schedule="ibm"),
         "self-attention": dict(input_activations="lengths", class_loss="margin", capsule_init="he-normal",
-                               squash="efficient", em_inverse_temperature=1e-3),
+                               squash="efficient", em_inverse_temperature=1e-3, spread_margin_schedule="paper"),
         "self-routing": dict(input_activations="learned", class_loss="nll", capsule_init="kaiming-uniform",
-                             squash="sabour", em_inverse_temperature=1e-3)}
+                             squash="sabour", em_inverse_temperature=1e-3, spread_margin_schedule="paper")}
     table = (ROOT / "docs" / "routing.md").read_text().split("## Recipes", 1)[1]
     rows = {line.split("`")[1]: line for line in table.splitlines() if line.startswith("| `")}
     for name, recipe in AUTHORS_RECIPES.items():  # each authors' value is named in its routing's row
         for part in PARTS:
             value = recipe.to_dict()[part]
-            if part != "em_inverse_temperature" or name == "em":
+            if part not in ("em_inverse_temperature", "spread_margin_schedule") or name == "em":
                 assert f"`{value}`" in rows[name], (name, part, value)
 
 
@@ -153,7 +156,8 @@ def test_authors_recipes_are_the_documented_ones():
                                            ("self-attention", "margin")])
 def test_model_loss_is_the_recipes_and_reads_the_training_progress(routing, kind):
     tc.manual_seed(4)
-    model = CapsNet(routing=routing, recipe="authors", **SMALL).to(dtype="float64")
+    schedule = dict(spread_margin_schedule="paper") if kind == "spread" else {}
+    model = CapsNet(routing=routing, recipe="authors", **SMALL, **schedule).to(dtype="float64")
     x, y = batch()
     out = model(x, y)
     assert model.training_progress == 1.0 and model.loss_follows_progress == (kind == "spread")
@@ -170,6 +174,60 @@ def test_model_loss_is_the_recipes_and_reads_the_training_progress(routing, kind
         loss, class_term, recon = model.loss(out, x, y, 0.0005, return_terms=True)
         np.testing.assert_allclose(class_term.numpy(), per_class, rtol=1e-10, atol=1e-15)
         np.testing.assert_allclose(loss.item(), np.mean(per_class + 0.0005 * recon.numpy()), rtol=1e-12, atol=1e-15)
+
+
+def test_the_three_margin_schedules_are_the_authors_formulas():
+    """paper: the text's line over the run; ibm: the OpenReview formula of the global step as IBM's code
+    runs it (about 0.214 for the first thousand steps); sr-capsnet: SR-CapsNet's line over the epochs."""
+    for step in (0, 1, 249, 1000, 200_000, 250_000, 450_000, 10 ** 7):
+        assert ibm_spread_margin(step) == pytest.approx(ibm_margin(step), abs=1e-15)
+    assert 0.2140 < ibm_spread_margin(0) < ibm_spread_margin(250) < 0.2146
+    for epochs in (1, 5, 350):
+        for epoch in (0, 1, epochs - 1, epochs, epochs + 3):
+            assert sr_capsnet_spread_margin(epoch, epochs) == pytest.approx(sr_capsnet_margin(epoch, epochs), abs=1e-15)
+    assert sr_capsnet_spread_margin(4, 5) == pytest.approx(0.36, abs=1e-15)
+    # 5 epochs of 50 steps: the routing-algorithms study's budget
+    for step in (0, 49, 50, 123, 249):
+        position = TrainingPosition(step, 50, 5)
+        assert scheduled_spread_margin("paper", position) == pytest.approx(reference_spread_margin(step / 250), abs=1e-15)
+        assert scheduled_spread_margin("ibm", position) == pytest.approx(ibm_margin(step), abs=1e-15)
+        assert scheduled_spread_margin("sr-capsnet", position) == pytest.approx(sr_capsnet_margin(step // 50, 5),
+                                                                                abs=1e-15)
+    for schedule in ("paper", "ibm", "sr-capsnet"):
+        assert scheduled_spread_margin(schedule, None) == 0.9  # a model outside a run: the final margin
+    with pytest.raises(ValueError, match="spread margin schedule must be one of paper, ibm, sr-capsnet"):
+        scheduled_spread_margin("linear", None)
+    with pytest.raises(ValueError, match="TrainingPosition"):
+        TrainingPosition(-1, 50, 5)
+
+
+@pytest.mark.parametrize("schedule", ["paper", "ibm", "sr-capsnet"])
+def test_the_models_spread_loss_follows_its_schedule_at_the_position_the_trainer_sets(schedule):
+    tc.manual_seed(4)
+    model = CapsNet(routing="em", recipe="authors", spread_margin_schedule=schedule, **SMALL).to(dtype="float64")
+    x, y = batch()
+    out = model(x, y)
+    reference = {"paper": lambda s: reference_spread_margin(s / 30), "ibm": ibm_margin,
+                 "sr-capsnet": lambda s: sr_capsnet_margin(s // 10, 3)}[schedule]
+    for step in (0, 9, 10, 29):
+        model.set_training_position(step, 10, 3)
+        assert model.training_progress == step / 30
+        expected = reference_spread_loss(out.lengths.numpy(), y, reference(step))
+        _, class_term, _ = model.loss(out, x, y, return_terms=True)
+        np.testing.assert_allclose(class_term.numpy(), expected, rtol=1e-10, atol=1e-15)
+    if schedule != "paper":
+        with pytest.raises(ValueError, match="progress is the paper schedule's"):
+            model.loss(out, x, y, progress=0.5)
+
+
+def test_em_authors_recipe_takes_the_authors_margin_formula_and_a_schedule_needs_the_spread_loss():
+    assert CapsNet(routing="em", recipe="authors", **SMALL).recipe_parts.spread_margin_schedule == "ibm"
+    assert CapsNet(routing="em", **SMALL).recipe_parts.spread_margin_schedule == "paper"
+    assert CapsNet(routing="em", class_loss="spread", spread_margin_schedule="sr-capsnet",
+                   **SMALL).recipe_parts.spread_margin_schedule == "sr-capsnet"
+    with pytest.raises(ValueError, match="CapsNetConfig: spread_margin_schedule applies to the spread loss only "
+                                         r"\(--class-loss spread\), not to the margin loss"):
+        CapsNetConfig(routing="em", spread_margin_schedule="ibm")
 
 
 # ----- activations, schedule, initializations and squash of the authors' recipes -----
@@ -208,6 +266,48 @@ def test_em_authors_lambda_is_the_paper_schedule_per_iteration():
     assert CapsNet(routing="em", em_inverse_temperature="paper", **SMALL).recipe_parts.class_loss == "margin"
 
 
+@pytest.mark.parametrize("cost_scale, assignment", [("ibm", "uniform"), ("none", "ones"), ("ibm", "ones")])
+def test_em_cost_scale_and_first_assignments_are_ibm_s_and_sr_capsnet_s(cost_scale, assignment):
+    """IBM's m_step multiplies the cost by 100 / (I / J); SR-CapsNet's EmRouting2d starts R at 1."""
+    tc.manual_seed(6)
+    model = CapsNet(routing="em", recipe="authors", em_cost_scale=cost_scale, em_initial_assignment=assignment,
+                    **SMALL).to(dtype="float64")
+    inputs = model.num_primary
+    factor = ibm_layer_norm_factor(inputs, 3) if cost_scale == "ibm" else 1.0
+    assert model.digit.cost_factor == pytest.approx(factor, abs=1e-12)
+    rng = np.random.default_rng(10)
+    u = rng.standard_normal((2, inputs, 3)) * 0.5
+    a = rng.uniform(0.1, 0.9, (2, inputs))
+    routed = model.digit.route(tc.tensor(u), tc.tensor(a))
+    u_hat = np.einsum("ijdk,bik->bijd", model.digit.weight.numpy(), u)
+    poses, out_a, _ = em_route(u_hat, a, np.zeros(3), np.zeros(3), 3, inverse_temperatures(3), cost_factor=factor,
+                               first_r=1.0 if assignment == "ones" else None)
+    np.testing.assert_allclose(routed.poses.numpy(), poses, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(routed.activations.numpy(), out_a, rtol=1e-9, atol=1e-12)
+    # the reduced model of the studies: 576 primary capsules, 10 classes
+    assert CapsNet(routing="em", em_cost_scale="ibm", conv1_channels=8, primary_types=16).digit.cost_factor == \
+        pytest.approx(100 * 10 / 576, abs=1e-12)
+
+
+@pytest.mark.parametrize("option, value", [("em_cost_scale", "ibm"), ("em_initial_assignment", "ones")])
+def test_em_options_are_refused_for_other_routings_in_one_line(option, value):
+    with pytest.raises(ValueError, match=rf"CapsNetConfig: {option} applies to EM routing only \(--routing em\), "
+                                         "not to routing 'dynamic'"):
+        CapsNetConfig(**{option: value})
+
+
+def test_em_routing_and_its_m_step_check_the_new_arguments():
+    from tinygrad_caps.models.capsnet.routing.em import em_cost_scale, em_routing
+    u_hat = tc.tensor(np.zeros((1, 2, 3, 4)))
+    args = (u_hat, tc.tensor(np.full((1, 2), 0.5)), tc.tensor(np.zeros(3)), tc.tensor(np.zeros(3)))
+    with pytest.raises(ValueError, match="em_routing: initial_assignment must be one of uniform, ones, got 'half'"):
+        em_routing(*args, initial_assignment="half")
+    with pytest.raises(ValueError, match="em_routing: cost_scale must be a finite number > 0, got 0"):
+        em_routing(*args, cost_scale=0)
+    with pytest.raises(ValueError, match="em_cost_scale: kind must be one of none, ibm"):
+        em_cost_scale("sr", 10, 2)
+
+
 def test_self_attention_authors_weights_are_keras_he_normal():
     tc.manual_seed(7)
     model = CapsNet(routing="self-attention", recipe="authors", **SMALL)
@@ -222,10 +322,14 @@ def test_self_attention_authors_weights_are_keras_he_normal():
 
 @pytest.mark.parametrize("routing", ["self-routing", "em"])
 def test_self_routing_and_em_authors_weights_are_pytorch_kaiming_uniform(routing):
+    """On the fan-in PyTorch computes for SR-CapsNet's own layout of that routing's weight:
+    SelfRouting2d's W1 (kkA, B*D, C), EmRouting2d's W (kkA, B, 4, 4) (D = 4 pose values here, a 2x2 matrix)."""
     tc.manual_seed(8)
     weight = CapsNet(routing=routing, recipe="authors", **SMALL).digit.weight.numpy().astype(np.float64)
     I, J, D, K = weight.shape
-    bound = torch_kaiming_uniform_bound((I, J * D, K))  # SR-CapsNet's W (kkA, B*D, C)
+    side = int(round(D ** 0.5))
+    their_shape = (I, J * D, K) if routing == "self-routing" else (I, J, side, side)
+    bound = torch_kaiming_uniform_bound(their_shape)
     assert np.abs(weight).max() <= bound * (1 + 1e-6) and np.abs(weight).max() > 0.9 * bound
     assert np.std(weight) == pytest.approx(bound / np.sqrt(3), rel=0.1)
 
@@ -380,12 +484,15 @@ def test_the_authors_recipe_learns_a_tiny_set_with_every_routing(routing):
     x, y = batch(6)
 
     def final_loss():
+        position, model.training_position = model.training_position, None  # outside a run: the final margin
         with tc.no_grad():
-            return model.loss(model(x, y), x, y, progress=1.0).item()
+            loss = model.loss(model(x, y), x, y).item()
+        model.training_position = position
+        return loss
 
     before = final_loss()
     for step in range(20):
-        model.training_progress = step / 20
+        model.set_training_position(step, 4, 5)
         loss = model.loss(model(tc.tensor(x), y), x, y)
         optimizer.zero_grad()
         loss.backward()

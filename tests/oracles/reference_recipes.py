@@ -3,12 +3,15 @@ independently of the engine (no engine import): the oracles of ``capsnet/recipes
 losses and initializations, and the learned input activations.
 
     spread loss         Hinton et al. (2018) eq. 3; IBM/matrix-capsules-with-em-routing models.py spread_loss
-    margin schedule     Hinton et al. (2018) section 3.1: from 0.2, linearly, to 0.9
+    margin schedule     Hinton et al. (2018) section 3.1: from 0.2, linearly, to 0.9; the authors'
+                        OpenReview formula as IBM models.py spread_loss runs it; SR-CapsNet loss.py EmRoutingLoss
+    EM cost scale       IBM em_routing.py m_step: layer_norm_factor = 100 / (child_caps / parent_caps)
     NLL of log a        coder3000/SR-CapsNet models/smallnet.py (out.log()) and trainer.py (nn.NLLLoss)
     lambda schedule     IBM em_routing.py and SR-CapsNet modules.py: final_lambda (1 - 0.95^(i+1)), final 0.01
     learned activations SR-CapsNet models/smallnet.py: sigmoid(BatchNorm2d(Conv2d(x, bias=False))), batch statistics
     he_normal           EscVM/Efficient-CapsNet utils/layers.py FCCaps (Keras he_normal, truncated normal)
-    kaiming_uniform_    SR-CapsNet modules.py (PyTorch's kaiming_uniform_ of W (kkA, B*D, C))
+    kaiming_uniform_    SR-CapsNet modules.py (PyTorch's kaiming_uniform_ of W1 (kkA, B*D, C) and of
+                        EmRouting2d's W (kkA, B, 4, 4))
 """
 import math
 
@@ -30,6 +33,25 @@ def spread_margin(progress):
     """0.2 at the start of training, 0.9 at its end, linear in the share of steps done (clipped)."""
     progress = min(1.0, max(0.0, progress))
     return 0.2 + (0.9 - 0.2) * progress
+
+
+def ibm_margin(global_step):
+    """m = 0.2 + 0.79 * sigmoid(minimum(10, step / 50000 - 4)), in float64."""
+    z = min(10.0, global_step / 50000.0 - 4)
+    return 0.2 + 0.79 * (1.0 / (1.0 + math.exp(-z)))
+
+
+def sr_capsnet_margin(epoch, max_epoch):
+    """EmRoutingLoss(max_epoch)(..., epoch): margin_init 0.2, margin_step 0.2 / max_epoch, times
+    min(epoch, max_epoch); 0.9 without an epoch."""
+    if epoch is None:
+        return 0.9
+    return 0.2 + 0.2 / max_epoch * min(epoch, max_epoch)
+
+
+def ibm_layer_norm_factor(child_caps, parent_caps):
+    """IBM's m_step: 100 / (child_caps / parent_caps), the factor on the cost."""
+    return 100 / (float(child_caps) / float(parent_caps))
 
 
 def nll_of_log(scores, labels, eps=1e-12):

@@ -18,11 +18,14 @@ def softmax(values):
     return e / e.sum()
 
 
-def em_route(u_hat, activations, beta_u, beta_a, iterations, lambdas, frozen=None, eps=1e-8):
+def em_route(u_hat, activations, beta_u, beta_a, iterations, lambdas, frozen=None, eps=1e-8, cost_factor=1.0,
+             first_r=None):
     """Procedure 1 of Hinton, Sabour & Frosst (2018) with vector poses.
 
     ``frozen``: None, or (u_hat, activations, beta_u, beta_a) from which every iteration before the
     last computes the R that the last M-step receives (the "detach" mode: those inputs held fixed).
+    ``cost_factor``: a factor on the cost (IBM's layer_norm_factor); ``first_r``: the first R's value
+    (None: 1 / J, as Procedure 1; SR-CapsNet's code starts at 1).
     Returns (poses (B, J, D), activations (B, J), [R of every iteration] (B, I, J)).
     """
     u_hat = np.asarray(u_hat, dtype=np.float64)
@@ -30,7 +33,7 @@ def em_route(u_hat, activations, beta_u, beta_a, iterations, lambdas, frozen=Non
     if np.isscalar(lambdas):
         lambdas = [lambdas] * iterations
     early = (u_hat, activations, beta_u, beta_a) if frozen is None else frozen
-    R = np.full((batch, inputs, outputs), 1.0 / outputs)
+    R = np.full((batch, inputs, outputs), 1.0 / outputs if first_r is None else first_r)
     couplings = []
     for t in range(iterations):
         last = t == iterations - 1
@@ -50,7 +53,7 @@ def em_route(u_hat, activations, beta_u, beta_a, iterations, lambdas, frozen=Non
                 for i in range(inputs):
                     var[b, j] += R[b, i, j] * a_in[b, i] * (votes[b, i, j] - mu[b, j]) ** 2 / (m + eps)
                 var[b, j] += eps
-                cost = (b_u[j] * dim + 0.5 * sum(math.log(x) for x in var[b, j])) * m
+                cost = (b_u[j] * dim + 0.5 * sum(math.log(x) for x in var[b, j])) * m * cost_factor
                 a_out[b, j] = sigmoid(lambdas[t] * (b_a[j] - cost))
         if not last:
             R = np.zeros((batch, inputs, outputs))

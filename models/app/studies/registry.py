@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS, CapsNetConfig
+from ...capsnet.routing import routing_recipe
 from ..training.config import STUDY_OPTIONS
 
 # The training options a configuration may set (TrainingConfig's fields marked study), beside the model options.
@@ -207,3 +208,36 @@ register_study(
                 "activations); the common recipe trains every routing with the margin loss, the primary capsules' "
                 "lengths as input activations and the model's squash and initialisation; the -authors "
                 "configurations use the routing's authors' recipe (docs/routing.md, \"Recipes\").")
+
+# EM routing's authors' recipe taken apart (docs/routing.md, "Recipes"): the common recipe plus one of
+# the authors' parts at a time, and the whole authors' recipe, each with the full and the detached
+# routing gradient. The squash is not varied: the authors' is the common one (Sabour et al.'s).
+def recipe_ablation_configurations() -> dict:
+    """{config_id: options}: for each gradient mode, EM routing under the common recipe ("common"), the
+    common recipe with one part of the authors' ("activations", "class-loss" with its margin schedule,
+    "init", "lambda"), and the authors' whole recipe ("authors"); the parts' values are the registered
+    authors' recipe's."""
+    authors = routing_recipe("em")
+    parts = {"activations": {"input_activations": authors.input_activations},
+             "class-loss": {"class_loss": authors.class_loss,
+                            "spread_margin_schedule": authors.spread_margin_schedule},
+             "init": {"capsule_init": authors.capsule_init},
+             "lambda": {"em_inverse_temperature": authors.em_inverse_temperature}}
+    configs = {}
+    for gradient in ("full", "detach"):
+        base = {"routing": "em", "routing_gradient": gradient}
+        configs[f"em-{gradient}-common"] = dict(base)
+        for part, options in parts.items():
+            configs[f"em-{gradient}-{part}"] = {**base, **options}
+        configs[f"em-{gradient}-authors"] = {**base, "recipe": "authors"}
+    return configs
+
+
+register_study(
+    "recipe-ablation", recipe_ablation_configurations,
+    varies="EM routing, full vs detach: the common recipe, plus one authors' part at a time (activations, class "
+           "loss, initialisation, lambda schedule), and the whole authors' recipe",
+    options={"log_gradflow": 50},
+    figures=("inner_share", "t_score", "digit_d_score", "lowest_grad_norm"),
+    description="Each part's value is EM's registered authors' recipe's (docs/routing.md, \"Recipes\"); a part "
+                "credited in RESULTS.md is one whose own configuration moves the accuracy.")

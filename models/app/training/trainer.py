@@ -239,9 +239,9 @@ class Trainer:
     def _run_batch(self, x, y, traces):
         """Train on one host batch: replayed from the CUDA graph when the step is captured (after its
         warm-up) and the batch is full, else eagerly (a last, smaller batch; a logged gradflow step).
-        A CapsNet first learns the share of the run's steps done (its loss's schedule reads it)."""
+        A CapsNet first learns where the run is (its loss's margin schedule reads it)."""
         if isinstance(self.model, CapsNet):
-            self.model.training_progress = self._global_step() / max(1, self.config.epochs * len(self.loader))
+            self.model.set_training_position(self._global_step(), max(1, len(self.loader)), self.config.epochs)
         if self.graph_reason is None and traces is None and len(y) == self.config.batch_size // self.shard[1]:
             if self.captured_step is None:
                 with tc.backend.on_device(self.model.device):

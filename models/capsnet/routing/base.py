@@ -63,7 +63,9 @@ class RoutingLayer(nn.Module):
     decides which recipe parts apply (``capsnet/recipes.py``): ``reads_activations`` (route_votes
     reads the input activations, so learned ones can replace the lengths), ``class_distribution``
     (its output activations sum to 1 over the outputs, so the NLL can read their log) and
-    ``has_inverse_temperature`` (EM routing's lambda).
+    ``has_inverse_temperature`` (EM routing's lambda, and its cost scale and first assignments);
+    ``kaiming_layout``: how SR-CapsNet lays out this routing's weight, for the fan-in of
+    ``--capsule-init kaiming-uniform`` (``initialization.KAIMING_LAYOUTS``).
     Parameters: weight (I, J, D, K) ~ N(0, 0.01), and bias (J, D) (zero) where asked and taken.
     """
 
@@ -74,6 +76,7 @@ class RoutingLayer(nn.Module):
     reads_activations = False
     class_distribution = False
     has_inverse_temperature = False
+    kaiming_layout = "vector"
 
     def __init__(self, in_caps, in_dim, out_caps, out_dim, *, routing=None, iterations=3, gradient="full",
                  bias=False, leaky_routing=False, squash=None):

@@ -153,10 +153,11 @@ AUTHORS_RECIPES = {
     # Sabour et al.'s (Sarasra/models research/capsules): margin loss on the lengths, their squash: the common recipe.
     "dynamic": COMMON,
     # Hinton et al. (2018) as IBM's and SR-CapsNet's code train it: input activations a sigmoid of a
-    # batch-normed convolution (SR-CapsNet's), the spread loss with its margin from 0.2 to 0.9, lambda
-    # 0.01 (1 - 0.95^(r+1)), the votes' weights kaiming_uniform_ (SR-CapsNet's EmRouting2d).
+    # batch-normed convolution (SR-CapsNet's), the spread loss with the margin formula the authors gave on
+    # OpenReview (IBM's models.py), lambda 0.01 (1 - 0.95^(r+1)) (both codes), the votes' weights
+    # kaiming_uniform_ on SR-CapsNet's EmRouting2d fan-in. Both codes train with the full gradient.
     "em": Recipe(input_activations="learned", class_loss="spread", capsule_init="kaiming-uniform",
-                 em_inverse_temperature="paper"),
+                 em_inverse_temperature="paper", spread_margin_schedule="ibm"),
     # Mazzia et al.'s Efficient-CapsNet: margin loss on the lengths, FCCaps' W from he_normal, their squash.
     "self-attention": Recipe(capsule_init="he-normal", squash="efficient"),
     # Hahn et al.'s SR-CapsNet: learned input activations, NLL on log a_out, W kaiming_uniform_.
