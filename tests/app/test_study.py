@@ -55,12 +55,14 @@ def test_study_list_shows_every_registered_study_with_what_it_varies_and_its_bud
     assert cli.main(["study", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(STUDIES)
-    built_in = {"routing-ablation", "gradient-modes", "depth", "conventions", "routing-algorithms", "recipe-ablation"}
+    built_in = {"routing-ablation", "gradient-modes", "depth", "conventions", "routing-algorithms", "recipe-ablation",
+                "paper-accuracy"}
     assert set(STUDIES) >= built_in
     for line in lines:  # (the documents' examples may have registered studies of other budgets)
-        assert "configurations" in line
-        assert line.split()[0] not in built_in or "default 5 epochs x 3 seeds" in line
+        assert "configuration" in line
+        assert line.split()[0] not in built_in - {"paper-accuracy"} or "default 5 epochs x 3 seeds" in line
     assert "16 configurations" in next(line for line in lines if line.startswith("depth"))
+    assert "default 30 epochs x 3 seeds, 1 configuration" in next(l for l in lines if l.startswith("paper-accuracy"))
 
 
 def test_a_study_runs_summarises_its_run_folders_and_resumes_as_a_no_op(tmp_path, data, capsys):

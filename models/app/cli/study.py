@@ -33,7 +33,7 @@ def list_studies() -> str:
     lines = []
     for name, study in STUDIES.items():
         count = len(study.configurations())
-        lines.append(f"{name:<{width}}  {study.varies}; default {study.budget()}, {count} configurations")
+        lines.append(f"{name:<{width}}  {study.varies}; default {study.budget()}, {count} configuration{'s' * (count != 1)}")
     return "\n".join(lines)
 
 

@@ -241,3 +241,13 @@ register_study(
     figures=("inner_share", "t_score", "digit_d_score", "lowest_grad_norm"),
     description="Each part's value is EM's registered authors' recipe's (docs/routing.md, \"Recipes\"); a part "
                 "credited in RESULTS.md is one whose own configuration moves the accuracy.")
+
+# The paper's CapsNet as Sabour et al. train it (3 routing iterations, the full gradient, reconstruction
+# weight 0.0005, the data set's augmentation: 2-pixel shifts on MNIST-like data), over seeds: its test
+# accuracy with an interval (a GPU window trains it on the full data: benchmarks/studies/gpu_window.sh B).
+register_study(
+    "paper-accuracy", {"paper": {}},
+    varies="nothing: the paper's CapsNet and training, its test accuracy over seeds",
+    epochs=30,
+    description="One configuration, the defaults of train (the paper's model and loss, --augment default: the "
+                "data set's own augmentation, 2-pixel shifts for Fashion-MNIST).")
