@@ -20,6 +20,15 @@ TOL = 1e-12
 FLOOR_AT = re.compile(r", at 1e(-?\d+)$")
 
 
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Each test's figures closed after it (pyplot keeps every figure it made open)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def metrics_line(epoch, accuracy=0.5):
     return {"epoch": epoch, "train_loss": 0.8, "test_loss": 0.79, "train_accuracy": accuracy,
             "test_accuracy": accuracy, "lr": 1e-3, "seconds": 1.0}
