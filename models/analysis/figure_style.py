@@ -2,7 +2,9 @@
 zeros on a log axis drawn on a marked floor (matplotlib drops them), a panel whose values are all
 zero says so, coinciding curves stay visible (earlier ones drawn wider, each with its own marker),
 whole-number axes get whole-number ticks, and a one-point series gets room and its value written.
-A picture's format is its file's suffix (``PICTURE_SUFFIXES``).
+A bounded statistic's axis keeps to its range (``bounded_axis``: T and shares in [0, 1], D from 0,
+never above 1/2), and a floor says where it is drawn (``floor_label``). A picture's format is
+its file's suffix (``PICTURE_SUFFIXES``).
 """
 from __future__ import annotations
 
@@ -33,17 +35,29 @@ def series_style(k: int, count: int, points: int) -> dict:
 SHOWN_DIGITS = 4  # significant digits a value is shown with (``gradflow``'s table: "%.3e")
 
 
-def coinciding_labels(series, tolerance: float | None = None) -> list:
-    """The labels of ``series`` [(x, values, label, ...)], each one that coincides with an earlier
-    series (same x, the same gaps, every value equal where shown: to ``SHOWN_DIGITS`` significant
-    digits, or within ``tolerance`` relative when one is given) marked "(= EARLIER)", so the legend
-    says what the eye cannot see; a later series is drawn over the earlier one it equals."""
+def coinciding_labels(series, tolerance: float | None = None, kinds=None, kind: str = "routing") -> list:
+    """The labels of ``series`` [(x, values, label, ...)], each one whose values coincide with an
+    earlier series' (same x, the same gaps, every value equal where shown: to ``SHOWN_DIGITS``
+    significant digits, or within ``tolerance`` relative when one is given) saying so, since a later
+    series is drawn over the earlier one it equals and the eye cannot see it:
+
+    - "(= EARLIER)" only where the whole curves coincide: two or more points shown, and the two
+      series of the same kind (``kinds``: one key per series, e.g. each configuration's routing;
+      None: all of one kind);
+    - "(same values as EARLIER)" where a single point is shown (one value is not a curve);
+    - "(same values as EARLIER, another KIND)" for series of different kinds: two routings whose
+      values happen to agree (both at chance accuracy, say) are not the same curve."""
     labels = []
     for k, (x, values, label, *_) in enumerate(series):
         for j in range(k):
             other_x, other, other_label = series[j][0], series[j][1], series[j][2]
             if list(x) == list(other_x) and _close(values, other, tolerance):
-                label = f"{label} (= {other_label})"
+                if kinds is not None and kinds[k] != kinds[j]:
+                    label = f"{label} (same values as {other_label}, another {kind})"
+                elif sum(v is not None for v in values) >= 2:
+                    label = f"{label} (= {other_label})"
+                else:
+                    label = f"{label} (same values as {other_label})"
                 break
         labels.append(label)
     return labels
@@ -92,9 +106,48 @@ def on_log_axis(values, floor) -> np.ndarray:
     return np.array([np.nan if v is None else (v if v > 0 else floor) for v in values], dtype=np.float64)
 
 
+def power_of_ten(value: float) -> str:
+    """A power of ten as a legend writes it: 1e-05 -> "1e-5", 0.01 -> "1e-2", 1.0 -> "1e0"."""
+    return f"1e{round(math.log10(value))}"
+
+
+def floor_label(label: str, floor: float) -> str:
+    """A floor's legend entry saying where it is drawn: "0 (drawn on this floor), at 1e-5"."""
+    return f"{label}, at {power_of_ten(floor)}"
+
+
 def mark_floor(ax, floor, label: str = "0 (drawn on this floor)") -> None:
-    """A dotted line at ``floor`` with a legend entry saying that points on it are zeros."""
-    ax.axhline(floor, label=label, **FLOOR_STYLE)
+    """A dotted line at ``floor`` with a legend entry saying that points on it stand for ``label``
+    (zeros, or values below a rounding threshold) and where the floor lies (``floor_label``)."""
+    ax.axhline(floor, label=floor_label(label, floor), **FLOOR_STYLE)
+
+
+SPANS = ("range", "from low", "data")
+
+
+def bounded_axis(ax, low: float, high: float, values=(), axis: str = "y", span: str = "range") -> None:
+    """Keep ``ax``'s ``axis`` ("x" or "y") to the range [low, high] of the statistic it draws
+    (``values``: the values drawn). ``span``: "range" draws the whole range (on a log axis: up to
+    ``high``, the bottom left at the floor); "from low" starts at ``low`` and ends where matplotlib's
+    view of the data does, at most ``high`` (a statistic whose values use a small part of its range,
+    such as a D-score); "data" keeps matplotlib's view, cut to the range (an accuracy). A value
+    drawn beyond the range (an error upstream) widens the axis rather than hide. Lines are drawn
+    unclipped, so that a marker on a bound shows whole."""
+    if span not in SPANS:
+        raise ValueError(f"bounded_axis: span must be one of {', '.join(SPANS)}, got {span!r}")
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    low, high = min([low, *finite]), max([high, *finite])
+    log = (ax.get_xscale() if axis == "x" else ax.get_yscale()) == "log"
+    get, set_ = (ax.get_xlim, ax.set_xlim) if axis == "x" else (ax.get_ylim, ax.set_ylim)
+    bottom, top = get()
+    if log:
+        set_(bottom, high if span == "range" else min(top, high))
+    elif span == "range":
+        set_(low, high)
+    else:
+        set_(low if span == "from low" else max(bottom, low), min(top, high))
+    for line in ax.lines:
+        line.set_clip_on(False)
 
 
 def say_all_zero(ax, text: str, height: float = 0.5) -> None:

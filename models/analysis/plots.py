@@ -2,10 +2,12 @@
 curves (``tinygrad-caps plot``). Needs matplotlib (the ``viz`` extra).
 
 On the log axes a zero (no gradient, or uniform coupling) is drawn on a dotted floor a decade below
-the smallest positive value, and a panel whose values are all zero says so. The coupling entropy is
-drawn as 1 - entropy / log J (Peer et al.'s T-score) on a log axis: near-uniform couplings differ
-from 1 only in the tenth decimal, which a linear axis can show only as an offset such as
-``1e-5+9.999e-1``.
+the smallest positive value, the legend saying where ("0 (drawn on this floor), at 1e-5"), and a
+panel whose values are all zero says so. The coupling entropy is drawn as 1 - entropy / log J (Peer
+et al.'s T-score) on a log axis: near-uniform couplings differ from 1 only in the tenth decimal,
+which a linear axis can show only as an offset such as ``1e-5+9.999e-1``. Bounded statistics keep
+to their range: the T-score's axis ends at 1 (and is [0, 1] where every T is 0), the cosine's is
+[-1, 1], an accuracy's never leaves [0, 1]; a gradient norm's all-zero panel is [0, 1], not [-1, 1].
 """
 from __future__ import annotations
 
@@ -15,13 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UsageError
-from .figure_style import (coinciding_labels, integer_ticks, log_floor, mark_floor, on_log_axis, picture_format,
-                           say_all_zero, series_style, single_point_room, write_values)
+from .figure_style import (bounded_axis, coinciding_labels, integer_ticks, log_floor, mark_floor, on_log_axis,
+                           picture_format, say_all_zero, series_style, single_point_room, write_values)
 
 UNIFORM_TEXT = "every coupling is uniform\n(1 - entropy <= 0, to rounding)"
 UNIFORM_FLOOR = "<= 0: uniform, to rounding (drawn on this floor)"
 PATH_LINES = {"sum": "-", "agreement": "--"}
 PATHS = ("sum", "agreement")
+T_RANGE = (0.0, 1.0)  # 1 - entropy / log J: 0 for a uniform coupling, 1 for a one-hot one
+COSINE_RANGE = (-1.0, 1.0)
+ACCURACY_RANGE = (0.0, 1.0)
 
 
 def path_style(style: dict, path: str) -> dict:
@@ -66,22 +71,29 @@ def _needs_pyplot(what: str):
     return plt
 
 
-def _log_panel(ax, series, zero_text: str, floor_label: str = "0 (drawn on this floor)") -> None:
-    """Draw ``series`` [(x, values, label, style)] on ``ax``: a log axis with zeros (and negatives,
-    rounding errors of quantities >= 0) on a marked floor, or, when no value is positive, a linear
-    one with the values drawn at 0 and ``zero_text`` written above them."""
-    floor = log_floor([v for _, values, _, _ in series for v in values])
-    for (x, values, _, style), label in zip(series, coinciding_labels(series)):
+def _log_panel(ax, series, zero_text: str, floor_label: str = "0 (drawn on this floor)", bounds=None,
+               kinds=None) -> None:
+    """Draw ``series`` [(x, values, label, style)] of a quantity >= 0 on ``ax``: a log axis with zeros
+    (and negatives, rounding errors) on a marked floor, or, when no value is positive, a linear one
+    from 0 with the values drawn at 0 and ``zero_text`` written above them. ``bounds``: the
+    quantity's range (low, high), which the axis keeps to (``bounded_axis``); ``kinds``: as
+    ``coinciding_labels`` takes them."""
+    every = [v for _, values, _, _ in series for v in values]
+    floor = log_floor(every)
+    for (x, values, _, style), label in zip(series, coinciding_labels(series, kinds=kinds)):
         y = on_log_axis(values, floor) if floor is not None else [np.nan if v is None else 0.0 for v in values]
         ax.plot(x, y, label=label, **style)
     if floor is None:
-        if any(v is not None for _, values, _, _ in series for v in values):
-            ax.set_ylim(-1, 1)
+        if any(v is not None for v in every):
+            low, high = bounds or (0.0, 1.0)
+            bounded_axis(ax, low, high)  # the values are all 0: drawn on the axis's bottom, not mid-panel
             say_all_zero(ax, zero_text, height=0.75)
         return
     ax.set_yscale("log")
-    if any(v is not None and v <= 0 for _, values, _, _ in series for v in values):
+    if any(v is not None and v <= 0 for v in every):
         mark_floor(ax, floor, floor_label)
+    if bounds is not None:
+        bounded_axis(ax, *bounds, values=[v for v in every if v is not None and v > 0])
 
 
 def _t_score_label(ax) -> str:
@@ -112,7 +124,7 @@ def gradflow_figure(report: dict):
     integer_ticks(ax.xaxis)
     ax.legend(fontsize=7)
     ax = axes[0, 1]
-    _log_panel(ax, entropy, UNIFORM_TEXT, UNIFORM_FLOOR)
+    _log_panel(ax, entropy, UNIFORM_TEXT, UNIFORM_FLOOR, bounds=T_RANGE)
     ax.set(xlabel="routing iteration r", ylabel=_t_score_label(ax), title="coupling: departure from uniform (T-score)")
     integer_ticks(ax.xaxis)
     ax.legend(fontsize=7)
@@ -166,7 +178,7 @@ def _cosine_panel(ax, report, modes):
     ax.set_xlim(-0.6, len(values) - 0.4)
     ax.set_xticks(np.arange(len(cosines)), list(cosines), rotation=60, ha="right", fontsize=7)
     title = f"cosine between the {' and '.join(modes[:2])} gradients"
-    ax.set(ylim=(-1.05, 1.05), title=title + ("\n(n/a: a gradient is zero)" if undefined else ""))
+    ax.set(ylim=COSINE_RANGE, title=title + ("\n(n/a: a gradient is zero)" if undefined else ""))
 
 
 def plot_gradflow(report: dict, path) -> None:
@@ -215,6 +227,8 @@ def run_figure(metrics: list, gradflow: list, name: str = ""):
         ax.set(xlabel="epoch", ylabel=quantity, title=quantity)
         integer_ticks(ax.xaxis)
         single_point_room(ax, epochs)
+        if quantity == "accuracy":  # the view of the data, never beyond [0, 1]
+            bounded_axis(ax, *ACCURACY_RANGE, [m[key] for m in metrics for key in keys], span="data")
         ax.legend(fontsize=8)
     if gradflow:
         _gradflow_lines(axes[2], axes[3], gradflow)
@@ -245,7 +259,7 @@ def _gradflow_lines(norm_axis, entropy_axis, lines):
     for k, (_, _, _, style) in enumerate(entropies):
         style.update(series_style(k, len(entropies), len(steps)))
     _log_panel(norm_axis, norms, "all gradients are zero")
-    _log_panel(entropy_axis, entropies, UNIFORM_TEXT, UNIFORM_FLOOR)
+    _log_panel(entropy_axis, entropies, UNIFORM_TEXT, UNIFORM_FLOOR, bounds=T_RANGE)
     norm_axis.set(xlabel="step", ylabel="|grad u_hat|", title="gradient per iteration and path")
     entropy_axis.set(xlabel="step", ylabel=_t_score_label(entropy_axis), title="coupling: departure from uniform (T-score)")
     for ax in (norm_axis, entropy_axis):

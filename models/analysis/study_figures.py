@@ -3,9 +3,20 @@ accuracy with its interval and seeds, the learning curves, and every gradient-fl
 reports over training, two panels a row.
 
 Each curve panel has its own legend under it, where a configuration whose curve coincides with an
-earlier one's (equal where shown, ``figure_style.coinciding_labels``) is marked "(= EARLIER)": the
-later curve is drawn over the earlier, wider one. A configuration a panel does not draw is named in
-the panel with the reason, and a panel with nothing to draw says why.
+earlier one's (equal where shown, ``figure_style.coinciding_labels``) is marked "(= EARLIER)" when
+the whole curves coincide (two or more points) and the two configurations have the same routing;
+where only the values agree (one point, or two different routings) it says "(same values as
+EARLIER)", with ", another routing" for different routings. The later curve is drawn over the
+earlier, wider one. A configuration a panel does not draw is named in the panel with the reason
+(a note where no curve runs under it: at the top or the bottom of the panel, else under its x
+axis), and a panel with nothing to draw says why.
+
+Every bounded statistic keeps to its range: T and the inner iterations' share are drawn on [0, 1],
+1 - cos up to 2 (T and 1 - cos on a log axis, from their floor); a D-score (the standard deviation
+of lengths or activations in [0, 1]) from 0 to where its values reach, never above 1/2; accuracy
+axes never leave [0, 1]. On a log axis, values of 0 (and 1 - cos below 1e-12, rounding) are drawn
+on a dotted floor a decade below the smallest positive value, and the legend says where: "< 1e-12:
+identical, to rounding (drawn on this floor), at 1e-5".
 
 Both accuracy panels (the means and the learning curves) draw the chance level, 1 / the number of
 classes (``summary["classes"]``), as a dotted line labelled "chance (1/10)". An accuracy lies in
@@ -18,7 +29,9 @@ from __future__ import annotations
 import math
 import textwrap
 
-from .figure_style import coinciding_labels, integer_ticks, say_all_zero, series_style
+import numpy as np
+
+from .figure_style import bounded_axis, coinciding_labels, integer_ticks, say_all_zero, series_style
 from .plots import _log_panel, pyplot
 
 FIGURE_LABELS = {"inner_share": "inner iterations' share of |grad u_hat| (DigitCaps)",
@@ -33,6 +46,12 @@ MISSING_REASONS = {"inner_share": "no inner iteration: one routing step",
                    "d_score": "no hidden capsule layer"}
 
 LOG_FIGURES = ("mode_cosine", "t_score", "lowest_grad_norm")  # drawn on a log axis (1 - cos for the cosine)
+# the range of each bounded figure as its panel draws it (1 - cos for the cosine); a D-score is a
+# standard deviation of values in [0, 1], so at most 1/2
+FIGURE_RANGES = {"inner_share": (0.0, 1.0), "t_score": (0.0, 1.0), "d_score": (0.0, 0.5), "digit_d_score": (0.0, 0.5),
+                 "mode_cosine": (0.0, 2.0)}
+# how much of its range a linear panel shows: a D-score's values use a small part of [0, 1/2]
+FIGURE_SPANS = {"d_score": "from low", "digit_d_score": "from low"}
 # 1 - cos below this is float64 rounding of identical gradients (1 iteration's "modes"), not a figure
 COSINE_ROUNDING = 1e-12
 FLOOR_LABELS = {"mode_cosine": "< 1e-12: identical, to rounding (drawn on this floor)"}
@@ -43,6 +62,8 @@ ACCURACY_RANGE = (0.0, 1.0)  # where an accuracy, and so the drawn part of its i
 CLIPPED_LABEL = "interval clipped to [0, 1]"
 CHANCE_STYLE = dict(color="0.35", linestyle=":", linewidth=1.5)
 LEGEND_COLUMN_CHARACTERS = 26  # legend labels up to this long go two to a row under a panel
+LEGEND_PAD = 3.6  # legend font sizes between a panel's bottom and its legend: room for the ticks and x label
+NOTE_STYLE = dict(fontsize=9, color="0.25", bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.7"))
 FONTS = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 10,
          "xtick.labelsize": 10, "ytick.labelsize": 10}
 
@@ -134,6 +155,7 @@ def _accuracy_panel(ax, summary: dict) -> None:
         say_all_zero(ax, _nothing_yet(summary))
         return
     _chance_line(ax, summary, vertical=True)
+    bounded_axis(ax, *ACCURACY_RANGE, [v for row in finished for v in row["values"]], axis="x", span="data")
     for k, row in enumerate(rows):
         if row["mean"] is None:
             ax.text(0.02, k, "no finished run", transform=ax.get_yaxis_transform(), va="center", fontsize=10,
@@ -170,25 +192,34 @@ def _chance_line(ax, summary: dict, vertical: bool) -> None:
 
 def _learning_panel(ax, summary: dict) -> None:
     """The mean learning curve of every configuration with a finished run."""
-    metric, series, missing = summary["metric"], [], []
+    metric, series, missing, kinds = summary["metric"], [], [], []
     for k, row in enumerate(summary["rows"]):
         learning = row["curves"]["learning"]
         if learning and learning.get("epoch"):
             series.append((learning["epoch"], learning[metric], row["config_id"], _style(k, summary, len(learning["epoch"]))))
+            kinds.append(routing_of(row))
         else:
             missing.append((row["config_id"], "no finished run"))
-    for (x, values, _, style), label in zip(series, coinciding_labels(series)):
+    for (x, values, _, style), label in zip(series, coinciding_labels(series, kinds=kinds)):
         ax.plot(x, [math.nan if v is None else v for v in values], label=label, **style)
     if series:
         _chance_line(ax, summary, vertical=False)
+        bounded_axis(ax, *ACCURACY_RANGE, [v for _, values, _, _ in series for v in values], span="data")
     ax.set(xlabel="epoch", ylabel=f"{metric} (mean over seeds)", title="learning curves")
     integer_ticks(ax.xaxis)
-    _finish(ax, summary, series, missing)
+    _finish(ax, summary, series, missing, ACCURACY_RANGE)
+
+
+def routing_of(row: dict):
+    """The routing a summary row's configuration names (its "routing" option), None where it names
+    none (the study's, or the model's default): two rows with different routings are different
+    models however equal their values."""
+    return (row.get("config") or {}).get("routing")
 
 
 def _figure_panel(ax, summary: dict, name: str) -> None:
     """One gradient-flow figure of every configuration over the logged steps (mean over seeds)."""
-    series, missing = [], []
+    series, missing, kinds = [], [], []
     for k, row in enumerate(summary["rows"]):
         gradflow = row["curves"]["gradflow"]
         values = (gradflow or {}).get(name) or []
@@ -201,17 +232,22 @@ def _figure_panel(ax, summary: dict, name: str) -> None:
         else:
             series.append((gradflow["step"], _shown(name, values), row["config_id"],
                            _style(k, summary, len(gradflow["step"]))))
-    log = name in LOG_FIGURES and series
-    if log:
-        _log_panel(ax, series, ZERO_TEXTS.get(name, "all values are 0"), FLOOR_LABELS.get(name, "0 (drawn on this floor)"))
+            kinds.append(routing_of(row))
+    bounds = FIGURE_RANGES.get(name)
+    if name in LOG_FIGURES and series:
+        _log_panel(ax, series, ZERO_TEXTS.get(name, "all values are 0"), FLOOR_LABELS.get(name, "0 (drawn on this floor)"),
+                   bounds=bounds, kinds=kinds)
     else:
-        for (x, values, _, style), label in zip(series, coinciding_labels(series)):
+        for (x, values, _, style), label in zip(series, coinciding_labels(series, kinds=kinds)):
             ax.plot(x, [math.nan if v is None else v for v in values], label=label, **style)
+        if series and bounds is not None:
+            bounded_axis(ax, *bounds, [v for _, values, _, _ in series for v in values],
+                         span=FIGURE_SPANS.get(name, "range"))
     scale = " (log scale)" if ax.get_yscale() == "log" else ""
     label = "1 - " + FIGURE_LABELS[name] if name == "mode_cosine" else FIGURE_LABELS[name]
     ax.set(xlabel="training step", ylabel=AXIS_LABELS[name] + scale, title=f"{label}\n(mean over seeds, logged steps)")
     integer_ticks(ax.xaxis)
-    _finish(ax, summary, series, missing)
+    _finish(ax, summary, series, missing, bounds)
 
 
 def _shown(name: str, values: list) -> list:
@@ -227,8 +263,11 @@ def _style(k: int, summary: dict, points: int) -> dict:
     return dict(series_style(k, len(summary["rows"]), points), color=f"C{k % 10}")
 
 
-def _finish(ax, summary: dict, series: list, missing: list) -> None:
-    """A curve panel's legend under it, and in it what it does not draw and why."""
+def _finish(ax, summary: dict, series: list, missing: list, bounds=None) -> None:
+    """A curve panel's legend under it, and a note of what it does not draw and why: at the top of
+    the panel, the axis raised to make room; on the axis of a statistic with ``bounds`` (low, high),
+    which is never raised beyond ``high``, at the top or the bottom where no curve runs under it,
+    else under the x axis, above the legend."""
     if not series:
         ax.set(yticks=[], xticks=[])
         nothing_finished = not any(row.get("n") for row in summary["rows"])
@@ -236,12 +275,64 @@ def _finish(ax, summary: dict, series: list, missing: list) -> None:
         return
     labels = ax.get_legend_handles_labels()[1]
     columns = 2 if max(map(len, labels)) <= LEGEND_COLUMN_CHARACTERS else 1  # never wider than its panel
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=3.6, ncol=columns, frameon=False)
+    pad = LEGEND_PAD
     if missing:
         text = "not drawn:\n" + _missing_text(missing)
-        _headroom(ax, text.count("\n") + 1)
-        ax.text(0.02, 0.98, text, transform=ax.transAxes, ha="left", va="top", fontsize=9, color="0.25",
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.7"))
+        lines = text.count("\n") + 1
+        share = _note_share(lines)
+        where = "top" if bounds is None else _free_band(ax, share)
+        if where == "top" and bounds is None:
+            _headroom(ax, share)
+        elif where == "under" and ax.get_ylim()[1] < bounds[1]:  # room above the curves, within the range
+            top = ax.get_ylim()[1]
+            _headroom(ax, share, autoscale=False)
+            ax.set_ylim(top=min(ax.get_ylim()[1], bounds[1]))
+            where = _free_band(ax, share)
+            if where != "top":
+                ax.set_ylim(top=top)
+                where = _free_band(ax, share)
+        if where == "under":  # below the tick labels and the x label, the legend moved down to make room
+            font = _font_points("legend.fontsize")
+            ax.annotate(text, xy=(0.0, 0.0), xycoords="axes fraction", xytext=(0.0, -LEGEND_PAD * font),
+                        textcoords="offset points", ha="left", va="top", **NOTE_STYLE)
+            pad += (lines * NOTE_STYLE["fontsize"] * 1.2 + 12.0) / font
+        else:
+            ax.text(0.02, 0.98 if where == "top" else 0.02, text, transform=ax.transAxes, ha="left",
+                    va=where, **NOTE_STYLE)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=pad, ncol=columns, frameon=False)
+
+
+def _font_points(name: str) -> float:
+    """A font size of the figure's settings (FONTS, in effect while the figure is made), in points."""
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+
+    return FontProperties(size=rcParams[name]).get_size_in_points()
+
+
+def _note_share(text_lines: int) -> float:
+    """The share of a panel's height that a note of ``text_lines`` lines takes, about."""
+    return min(0.5, 0.07 * text_lines + 0.06)
+
+
+NOTE_MARGIN = 0.04  # of a panel's height between a note and the nearest point: a marker's half height, about
+
+
+def _free_band(ax, share: float) -> str:
+    """Where a note ``share`` of the panel high can go without covering a drawn point or line:
+    "top", "bottom" (every point below, or above, that band) or "under" (the x axis)."""
+    heights = []
+    to_axes = ax.transAxes.inverted()
+    for line in ax.lines:
+        points = np.asarray(line.get_xydata(), dtype=np.float64)
+        points = points[np.isfinite(points).all(axis=1)]
+        if len(points):
+            heights.extend(to_axes.transform(line.get_transform().transform(points))[:, 1])
+    if all(h <= 1.0 - share - NOTE_MARGIN + 1e-9 for h in heights):
+        return "top"
+    if all(h >= share + NOTE_MARGIN for h in heights):
+        return "bottom"
+    return "under"
 
 
 def _missing_text(missing: list) -> str:
@@ -253,11 +344,13 @@ def _missing_text(missing: list) -> str:
                                    break_on_hyphens=False) for reason, names in by_reason.items())
 
 
-def _headroom(ax, text_lines: int) -> None:
-    """Raise the top of ``ax``'s y axis so that its curves stay below a note of ``text_lines`` lines
-    at the top of the panel (on a log axis, in decades)."""
-    ax.autoscale_view()
-    share = min(0.5, 0.07 * text_lines + 0.06)  # of the panel's height, for the note
+def _headroom(ax, share: float, autoscale: bool = True) -> None:
+    """Raise the top of ``ax``'s y axis so that its curves stay below a note that takes ``share`` of
+    the panel's height at its top (on a log axis, in decades); from matplotlib's view of the data,
+    or with ``autoscale`` False from the axis as it is."""
+    if autoscale:
+        ax.autoscale_view()
+    share = min(0.6, share + NOTE_MARGIN)
     low, high = ax.get_ylim()
     if ax.get_yscale() == "log":
         top = math.log10(low) + (math.log10(high) - math.log10(low)) / (1.0 - share)

@@ -24,6 +24,21 @@ def test_axis_op_gradients(name, data):
     check_both(lambda t: op(t, axis=axis) * weight, [x])
 
 
+@pytest.mark.parametrize("axis", [0, 1, -2])
+def test_softmax_double_backward_over_a_non_last_axis(axis):
+    # Hypothesis rarely draws a softmax over a non-last axis of a 3-d array; the backward that
+    # create_graph records must reduce over the op's own axis, not the last one.
+    rng = np.random.default_rng(3)
+    x_values, weight = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 5))
+    y = np.exp(x_values) / np.exp(x_values).sum(axis=axis, keepdims=True)
+    expected = y * (weight - (weight * y).sum(axis=axis, keepdims=True))  # the softmax's vector-Jacobian product
+    x = tc.tensor(x_values, requires_grad=True)
+    (recorded,) = tc.autograd.grad(F.sum(F.softmax(x, axis=axis) * tc.tensor(weight)), [x], create_graph=True)
+    assert recorded.requires_grad
+    np.testing.assert_allclose(recorded.numpy(), expected, rtol=1e-12, atol=1e-14)
+    check_both(lambda t: F.softmax(t, axis=axis) * weight, [x_values])
+
+
 def test_softmax_rows_sum_to_one_and_survive_large_logits():
     x = tc.tensor(np.array([[1000.0, 0.0, -1000.0], [1.0, 2.0, 3.0]]))
     y = F.softmax(x, axis=1).numpy()

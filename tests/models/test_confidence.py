@@ -87,3 +87,48 @@ def test_path_and_inner_shares_of_a_layers_iterations():
     assert path_shares(rows) == [(0.25, 0.25), (0.5, None)]
     assert inner_share(rows) == 0.5 and inner_share(rows[1:]) is None
     assert inner_share([{"grad_norm_sum": None, "grad_norm_agreement": 0.0}, rows[1]]) is None
+
+
+def rows_of(values_a, values_b):
+    """Two summary rows (``mean_and_spread`` of each list, with seeds) as ``welch_difference`` reads them."""
+    rows = []
+    for values in (values_a, values_b):
+        rows.append(dict(mean_and_spread(values), seeds=list(range(len(values))), values=list(values)))
+    return rows
+
+
+def test_welch_interval_of_unequal_sizes_and_spreads_by_hand():
+    from tinygrad_caps.models.analysis.confidence import welch_difference
+
+    # a: 3 values, s^2 = 9 (s^2 / n = 3); b: 9 values, s^2 = 18 (s^2 / n = 2). Welch-Satterthwaite:
+    # df = (3 + 2)^2 / (3^2 / 2 + 2^2 / 8) = 25 / 5 = 5, where Student's pooled n_a + n_b - 2 is 10.
+    a, b = rows_of([-2.5, 0.5, 3.5], [-4.5, -4.5, 7.5, 7.5, 1.5, 1.5, 1.5, 1.5, 1.5])
+    assert (a["n"], a["std"] ** 2, b["n"], b["std"] ** 2) == pytest.approx((3, 9.0, 9, 18.0), abs=1e-12)
+    welch = welch_difference(a, b)
+    half = T975[5] * math.sqrt(5.0)  # t(0.975, 5) sqrt(3 + 2)
+    assert welch["difference"] == pytest.approx(1.0, abs=1e-12)
+    assert welch["ci95"] == pytest.approx([1.0 - half, 1.0 + half], rel=1e-9, abs=1e-12)
+    pooled_half = T975[10] * math.sqrt(5.0)  # what n_a + n_b - 2 degrees of freedom would give
+    assert welch["ci95"][1] - welch["ci95"][0] > 2 * pooled_half + 0.5
+    assert not welch["exceeds_spread"]
+    # the interval is symmetric in the rows: b - a is -(a - b)
+    assert welch_difference(b, a)["ci95"] == pytest.approx([-1.0 - half, -1.0 + half], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("sizes, spreads", [((2, 7), (0.01, 0.2)), ((3, 10), (0.3, 0.02)), ((4, 5), (1.0, 3.0)),
+                                            ((12, 3), (0.05, 0.05))])
+def test_welch_interval_equals_scipys_welch_satterthwaite(sizes, spreads):
+    stats = pytest.importorskip("scipy.stats", reason="SciPy is not installed (the README's set-up does not "
+                                "install it); the hand-computed Welch case above runs without it")
+    from tinygrad_caps.models.analysis.confidence import welch_difference
+
+    rng = np.random.default_rng(sum(sizes))
+    values_a = list(0.5 + spreads[0] * rng.standard_normal(sizes[0]))
+    values_b = list(0.6 + spreads[1] * rng.standard_normal(sizes[1]))
+    a, b = rows_of(values_a, values_b)
+    expected = stats.ttest_ind(values_b, values_a, equal_var=False).confidence_interval(0.95)
+    welch = welch_difference(a, b)
+    assert welch["ci95"] == pytest.approx([expected.low, expected.high], rel=1e-9, abs=1e-12)
+    va, vb = a["std"] ** 2 / a["n"], b["std"] ** 2 / b["n"]  # the degrees of freedom SciPy's interval used
+    df = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1))
+    assert abs(df - (a["n"] + b["n"] - 2)) > 0.5  # a case where Student's pooled df would differ

@@ -498,7 +498,8 @@ def test_legend_says_equal_only_for_values_equal_as_shown():
     x = [1, 2]
     assert coinciding_labels([(x, [1.0, 2.0], "a"), (x, [1.01, 2.02], "b")]) == ["a", "b"]  # 1% apart
     assert coinciding_labels([(x, [1.0, 2.0], "a"), (x, [1.00001, 2.0], "b")]) == ["a", "b (= a)"]  # 4 digits
-    assert coinciding_labels([(x, [0.0, None], "a"), (x, [-0.0, None], "b")]) == ["a", "b (= a)"]
+    # one point shown is one value, not a curve: "same values", never "="
+    assert coinciding_labels([(x, [0.0, None], "a"), (x, [-0.0, None], "b")]) == ["a", "b (same values as a)"]
     lines = [gradflow_line(step) for step in (1, 2)]
     for line in lines:  # r = 1's sum path 1% above r = 0's
         rows = line["layers"][0]["iterations"]

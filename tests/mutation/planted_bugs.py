@@ -27,17 +27,30 @@ BUGS = [
     ("AdamW decay not scaled by lr", "tinygrad_caps/optim/optimizer.py",
      "param *= 1 - self.lr * self.weight_decay", "param *= 1 - self.weight_decay"),
     ("AMSGrad maximum computed but unused", "tinygrad_caps/optim/optimizer.py",
-     'v = state["max_exp_avg_sq"]', 'v = v'),
+     "            v = max_v\n", "            v = v\n"),
     ("col2im batch-innermost column slice with the row stride", "tinygrad_caps/ops/conv.py",
-     "out[:, i:i + sh * oh:sh, j:j + sw * ow:sw, :] += patches[:, i, j]",
-     "out[:, i:i + sh * oh:sh, j:j + sw * ow:sh, :] += patches[:, i, j]"),
+     "phase[:, i // sh:i // sh + oh, j // sw:j // sw + ow, :] += patches[start:stop, i, j]",
+     "phase[:, i // sh:i // sh + oh, j // sh:j // sh + ow, :] += patches[start:stop, i, j]"),
     ("conv_transpose2d width uses output_padding[0]", "tinygrad_caps/ops/conv.py",
      "ow = (w - 1) * stride[1] - 2 * padding[1] + kw + extra[1]",
      "ow = (w - 1) * stride[1] - 2 * padding[1] + kw + extra[0]"),
+    ("Welch interval with Student's pooled n_a + n_b - 2 df", "models/analysis/confidence.py",
+     'df = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1))', 'df = a["n"] + b["n"] - 2'),
+    ("from_dlpack of a Tensor without its version counter", "tinygrad_caps/dlpack.py",
+     "        shared._vc = obj._shared_version_counter()\n", ""),
+    ("from_dlpack(copy=True) of a Tensor shares its memory", "tinygrad_caps/dlpack.py",
+     "return leaf(obj.data.copy(), requires_grad=requires_grad)", "return leaf(obj.data, requires_grad=requires_grad)"),
+    ("from_dlpack(copy=True) of an array shares its memory", "tinygrad_caps/dlpack.py",
+     "return np.from_dlpack(obj, copy=copy)", "return np.from_dlpack(obj)"),
+    ("softmax create_graph backward sums over the last axis", "tinygrad_caps/ops/activation.py",
+     "return y * (gy - reduce_sum(gy * y, self.axis, keepdims=True))",
+     "return y * (gy - reduce_sum(gy * y, -1, keepdims=True))"),
 ]
 
 FAST_TESTS = ["tests/models/test_routing_reference.py", "tests/models/test_fixtures.py", "tests/app/test_defaults.py",
-              "tests/engine/test_conv.py", "tests/engine/test_forward_values.py"]
+              "tests/engine/test_conv.py", "tests/engine/test_forward_values.py",
+              "tests/models/test_confidence.py", "tests/engine/test_dlpack_own_tensors.py",
+              "tests/engine/test_grad_nn_ops.py"]
 
 
 def run_tests(tree, tests):

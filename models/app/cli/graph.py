@@ -1,8 +1,14 @@
 """``tinygrad-caps graph``: a drawing of the graph that one training batch records for a CapsNet (a
 checkpoint's, or a freshly initialised one from the model options), the routing iterations in
-boxes of their own, and with ``--backward`` the graph of the gradients too (grad-of-grad)."""
+boxes of their own, and with ``--backward`` the graph of the gradients too (grad-of-grad).
+
+By default one routing iteration is drawn op by op (iteration 2, the first with every step of an
+iterative routing, or the only one) and the others folded into one node each, as is the backward of
+every other op (``--expand all`` draws every op, ``--expand N`` iteration N, ``--expand none`` folds
+them all)."""
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -70,6 +76,50 @@ def graph_loss(model, batch_size: int, seed: int = 0):
         return model.loss(outputs, x, labels)
 
 
+def expand_choice(text):
+    """argparse type of ``--expand``: "all", "none" or a routing iteration number >= 1."""
+    if text in tc.graph.EXPAND_WORDS:
+        return text
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be all, none or a routing iteration number, got {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be all, none or a routing iteration number >= 1, got {number}")
+    return number
+
+
+DEFAULT_EXPANDED = 2  # the first iteration with every step of an iterative routing (the first has no softmax)
+
+
+def chosen_expand(expand, iterations: list):
+    """What ``--expand`` draws for a graph with routing ``iterations`` (their numbers): the option
+    as given, checked (UsageError for an iteration the graph lacks), or by default iteration 2, else
+    the only one, else everything (a graph without routing iterations)."""
+    if expand is None:
+        if not iterations:
+            return "all"
+        return DEFAULT_EXPANDED if DEFAULT_EXPANDED in iterations else iterations[0]
+    if isinstance(expand, int) and expand not in iterations:
+        have = (f"routing iterations {iterations[0]} to {iterations[-1]}" if len(iterations) > 1 else
+                f"one routing iteration ({iterations[0]})" if iterations else "no routing iteration")
+        raise UsageError(f"--expand {expand}: this model's graph has {have}; use one of them, all or none")
+    return expand
+
+
+def expand_text(expand, iterations: list, backward: bool) -> str:
+    """What was folded, for the command's report: "routing iteration 2 op by op, 1 and 3 folded"."""
+    if not iterations:
+        return "every op drawn (no routing iteration to fold)"
+    if expand == "all":
+        return "every op drawn"
+    others = [str(n) for n in iterations if n != expand]
+    listed = " and ".join(others) if len(others) < 3 else ", ".join(others[:-1]) + " and " + others[-1]
+    text = (f"routing iterations {listed} folded" if expand == "none" else
+            f"routing iteration {expand} op by op" + (f", {listed} folded" if others else ""))
+    return text + (", and the backward of each other op" if backward else "") + " (--expand all draws every op)"
+
+
 HELP = "draw the graph one training batch records (routing iterations boxed)"
 
 
@@ -80,6 +130,10 @@ def add_arguments(parser) -> None:
                         help="the drawing: .svg, .png or .pdf (with Graphviz's dot), or .dot (the text itself)")
     parser.add_argument("--backward", action="store_true",
                         help="also draw the graph of the gradients (a create_graph=True backward: grad-of-grad)")
+    parser.add_argument("--expand", type=expand_choice, default=None, metavar="{all,none,N}",
+                        help="what to draw op by op: all, none, or routing iteration N (the other iterations and the "
+                             "backward of each other op folded into one node each); default: iteration 2, or the "
+                             "only one")
     parser.add_argument("--batch-size", type=positive_int, default=1)
     parser.add_argument("--seed", type=seed, default=0, help="the batch, and a fresh model's initialisation")
     parser.add_argument("--device", default="auto")
@@ -100,7 +154,9 @@ def run(args) -> int:
         tc.manual_seed(args.seed)
         model = build_model(dict(overrides, **GEOMETRY)).to(device=device_or_usage_error(args.device))
     loss = graph_loss(model, args.batch_size, args.seed)
-    options = dict(params=model, show_backward=args.backward)
+    iterations = tc.graph.routing_iterations(loss)
+    expand = chosen_expand(args.expand, iterations)
+    options = dict(params=model, show_backward=args.backward, expand=expand)
     if out.suffix.lower() == ".dot":
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(tc.graph.to_dot(loss, **options))
@@ -109,6 +165,6 @@ def run(args) -> int:
         tc.graph.draw(loss, out, **options)
     counts = tc.graph.tape_counts(loss)
     print(f"{counts['ops']} ops, {counts['leaves']} leaves, {counts['edges']} edges in the forward graph"
-          f"{', drawn with its backward graph' if args.backward else ''}")
+          f"{', drawn with its backward graph' if args.backward else ''}; {expand_text(expand, iterations, args.backward)}")
     print(f"written: {out}")
     return 0
