@@ -204,8 +204,8 @@ def _value(value, unit) -> str:
         return "-"
     if unit == "fraction":
         return f"{value:.3f}"
-    if unit in ("tests", "errors", "hazards"):
-        return f"{value:.0f}"
+    if unit in ("tests", "errors", "hazards") or abs(value) >= 1000:
+        return f"{value:,.0f}"
     return f"{value:.4g}"
 
 
