@@ -79,6 +79,20 @@ def tensor_bytes(tensors) -> int:
     return int(sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in tensors if t is not None))
 
 
+def sm_clock_khz(cupy) -> float:
+    """The SM clock in kHz: cudaDeviceProp.clockRate (gone from CUDA 13's struct), else the device
+    attribute cudaDevAttrClockRate (13), else 2.5 GHz (above any GPU's: the spin then lasts at least
+    as long as asked, which is all it must)."""
+    device = cupy.cuda.Device().id
+    rate = cupy.cuda.runtime.getDeviceProperties(device).get("clockRate")
+    if not rate:
+        try:
+            rate = cupy.cuda.runtime.deviceGetAttribute(13, device)
+        except Exception:  # noqa: BLE001  (an attribute this runtime does not know: the upper bound)
+            rate = None
+    return float(rate or 2.5e6)
+
+
 class GpuOpTimer:
     """A tape observer that brackets every op with CUDA events (after a spin kernel): see the module
     docstring. ``entries``: (name, phase, start event, stop event, flops, bytes, host seconds)."""
@@ -92,8 +106,7 @@ class GpuOpTimer:
         self.cupy, self.entries = cupy, []
         self.spin = None
         if spin_us > 0:
-            clock_khz = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["clockRate"]
-            self.spin_cycles = np.int64(spin_us * clock_khz / 1e3)
+            self.spin_cycles = np.int64(spin_us * sm_clock_khz(cupy) / 1e3)
             self.spin = cupy.RawKernel(SPIN_SOURCE, "spin_cycles")
         self.spin_s = spin_us / 1e6
 

@@ -283,3 +283,34 @@ def test_the_tuning_command_prints_each_candidate_and_the_choice_then_reuses_it(
     assert all(line.endswith("(cached)") for line in again[1:]), again
     assert [line.split(" -> ")[1] for line in again[1:]] == [line.split(" -> ")[1].replace("tuned", "cached")
                                                              for line in first[1:]]
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_every_variant_is_timed_the_choice_kept_and_a_capture_measures_nothing(tmp_path, monkeypatch):
+    """The paper's DigitCaps prediction (B=32): each variant timed once, the fastest kept on disk and
+    reused; a capture at shapes never measured takes the fixed default and measures nothing."""
+    import cupy
+
+    monkeypatch.setenv(tune.ENV_SWITCH, "on")
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal((32, 1152, 8)).astype(np.float32)
+    w = (rng.standard_normal((1152, 10, 16, 8)) * 0.05).astype(np.float32)
+    u_gpu, w_gpu = cupy.asarray(u), cupy.asarray(w)
+    with tune.using_tuner(tune.Tuner(tmp_path)), tune.recording() as log:
+        got = capsule.capsule_predict(u_gpu, w_gpu)
+        capsule.capsule_predict(u_gpu, w_gpu)
+        first, second = log
+        assert first.how == "tuned" and set(first.seconds) == set(capsule.PREDICT_VARIANTS) and not first.failed
+        assert all(seconds > 0 for seconds in first.seconds.values())
+        assert (second.how, second.variant) == ("cached", first.variant)
+        np.testing.assert_allclose(got.get(), np.einsum("ijdk,bik->bijd", w, u), rtol=1e-4, atol=1e-5)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        small = cupy.asarray(u[:8])
+        with stream:
+            stream.begin_capture()
+            capsule.capsule_predict(small, w_gpu)
+            graph = stream.end_capture()
+        del graph
+        assert (log[-1].how, log[-1].variant) == ("default", "shared") and "captured" in log[-1].reason
+    later = tune.Tuner(tmp_path).lookup(tune.gpu_name(cupy.cuda.Device().id), "capsule_predict", first.key)
+    assert later.variant == first.variant and later.seconds == first.seconds
