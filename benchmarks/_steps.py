@@ -12,19 +12,32 @@ import numpy as np
 import tinygrad_caps as tc
 
 
-def random_batch(batch: int, seed: int = 0):
-    """(images (batch, 1, 28, 28) float32 in [0, 1), labels (batch,) int64 in 0..9), NumPy, from ``seed``."""
+# The models the GPU benchmarks run: the paper's CapsNet, the README's reduced one (the studies'
+# default), and a tiny one for the CPU stand-in's smoke tests (10x10 images of 3 classes).
+MODELS = {"full": {}, "reduced": {"conv1_channels": 64, "primary_types": 16},
+          "tiny": {"conv1_channels": 4, "primary_types": 2, "primary_dim": 4, "digit_dim": 4, "kernel_size": 3,
+                   "image_size": 10, "num_classes": 3}}
+
+
+def random_batch(batch: int, seed: int = 0, image_size: int = 28, num_classes: int = 10):
+    """(images (batch, 1, S, S) float32 in [0, 1), labels (batch,) int64 in 0..C-1), NumPy, from ``seed``
+    (S = ``image_size``, C = ``num_classes``; the paper's 28 and 10 by default)."""
     rng = np.random.default_rng(seed)
-    return rng.random((batch, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, batch)
+    return rng.random((batch, 1, image_size, image_size), dtype=np.float32), rng.integers(0, num_classes, batch)
 
 
-def seeded_capsnet(device=None):
-    """The paper's CapsNet, its weights drawn after ``tc.manual_seed(0)`` (the same on every call), on
-    ``device`` (None: where it was made, the CPU)."""
+def model_batch(batch: int, options: dict, seed: int = 0):
+    """``random_batch`` for a CapsNet built with ``options`` (one of MODELS): its image size and classes."""
+    return random_batch(batch, seed, options.get("image_size", 28), options.get("num_classes", 10))
+
+
+def seeded_capsnet(device=None, **options):
+    """The paper's CapsNet (or ``CapsNet(**options)``), its weights drawn after ``tc.manual_seed(0)``
+    (the same on every call), on ``device`` (None: where it was made, the CPU)."""
     from tinygrad_caps.models import CapsNet
 
     tc.manual_seed(0)
-    model = CapsNet()
+    model = CapsNet(**options)
     return model if device is None else model.to(device=device)
 
 

@@ -6,7 +6,13 @@ it is given (train_step.py gives ours) and reports its first loss, from those we
 The CUDA graph follows the whole-network capture recipe of PyTorch's CUDA graphs documentation
 (https://docs.pytorch.org/docs/stable/notes/cuda.html#whole-network-capture): static inputs, Adam
 with ``capturable=True``, three warm-up steps on a side stream, grads set to None before the
-capture, then forward, backward and ``optimizer.step()`` captured and replayed.
+capture, then forward, backward and ``optimizer.step()`` captured and replayed. A graph holds raw
+addresses, not tensors: every tensor it reads or writes outside its private pool (the static
+inputs, the optimizer and its state) is kept alive by the returned step (``TorchStep.buffers``) for
+as long as the graph lives. (The first version let them go when ``build_graph`` returned: PyTorch's
+allocator then handed the static labels' block to the next eager step's tensors, and the replay's
+``one_hot`` scattered with whatever those held: the device-side assert
+``ScatterGatherKernel.cu: index out of bounds`` of the H200 run of 2026-11-28; RESULTS.md.)
 
 torch.compile compiles the model (its forward and, through AOTAutograd, its backward; with
 "reduce-overhead" and "max-autotune" both run as CUDA graphs) and the optimizer step (as PyTorch's
@@ -31,13 +37,16 @@ class TorchStep(NamedTuple):
     """A built PyTorch step: ``step()`` trains once on the static batch and returns the loss tensor;
     ``first_loss`` the loss of its first step (from the initial weights); ``compile_s`` the seconds of
     compilation and warm-up (None for eager and graph); ``graph_bytes`` the device memory its CUDA graph
-    keeps reserved (None without a graph); ``model`` the TorchCapsNet it trains."""
+    keeps reserved (None without a graph); ``model`` the TorchCapsNet it trains; ``buffers`` what a
+    CUDA graph reads and writes outside its own pool ({name: tensor or optimizer}), held here while
+    the step lives (None without a graph)."""
 
     step: Callable
     first_loss: float
     compile_s: float | None = None
     graph_bytes: int | None = None
     model: object = None
+    buffers: dict | None = None
 
 
 class CompileTimeLimit(BaseException):
@@ -88,7 +97,9 @@ def build_eager(model, x, y, lr: float = 1e-3) -> TorchStep:
 def build_graph(model, x, y, lr: float = 1e-3) -> TorchStep:
     """The whole step (forward, backward, capturable Adam) captured as one CUDA graph after
     WARMUP_STEPS eager steps on a side stream; ``graph_bytes``: the growth of PyTorch's reserved memory
-    over the capture (the graph's private pool: activations, gradients, workspaces)."""
+    over the capture (the graph's private pool: activations, gradients, workspaces). The returned
+    step holds the static inputs (copies of ``x`` and ``y``), the optimizer (its state) and the static
+    loss in ``buffers``: the graph replays on their addresses."""
     import torch
 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, capturable=True)
@@ -120,12 +131,14 @@ def build_graph(model, x, y, lr: float = 1e-3) -> TorchStep:
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     graph_bytes = torch.cuda.memory_reserved() - reserved
+    # the graph replays on these addresses: none may go back to the allocator while it lives
+    buffers = {"static_x": static_x, "static_y": static_y, "optimizer": optimizer, "static_loss": static_loss}
 
     def replay():
         graph.replay()
-        return static_loss
+        return buffers["static_loss"]
 
-    return TorchStep(replay, first_loss, None, graph_bytes, model)
+    return TorchStep(replay, first_loss, None, graph_bytes, model, buffers)
 
 
 def raise_recompile_limits(config) -> None:

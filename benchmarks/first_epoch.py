@@ -6,6 +6,9 @@ run in a process of its own (``tinygrad-caps train --epochs 1`` on Fashion-MNIST
     cold       an empty CUPY_CACHE_DIR: every module compiles at the first launch, in parallel
     warm       the cache the cold run left: a second run on the same machine
 
+(Each cold run also starts with an empty kernel tuning cache, TINYGRAD_CAPS_TUNE_DIR, so its first
+steps measure the kernels' variants; the warm run reuses the cold run's choices.)
+
 Per run: the epoch's training seconds (metrics.jsonl: the batches, compiles included, not the test
 pass), the process's wall seconds, and the files it added to the kernel cache (our modules and
 CuPy's own elementwise and reduction kernels, which CuPy compiles at their first use).
@@ -55,7 +58,9 @@ def dataset(data_dir: Path, scratch: Path) -> tuple[str, Path, str]:
 
 def one_run(name: str, cache: Path, data: tuple, args, scratch: Path) -> dict:
     """Train one epoch in a new process with CuPy's kernel cache in ``cache``; its figures."""
-    env = dict(os.environ, CUPY_CACHE_DIR=str(cache), TINYGRAD_CAPS_KERNEL_WARM_UP="0" if name == "cold-lazy" else "1")
+    # the kernel tuning cache (kernels/tune.py) empty with CuPy's in a cold run, and kept with it for the warm one
+    env = dict(os.environ, CUPY_CACHE_DIR=str(cache), TINYGRAD_CAPS_TUNE_DIR=str(cache) + "-tune",
+               TINYGRAD_CAPS_KERNEL_WARM_UP="0" if name == "cold-lazy" else "1")
     out = scratch / f"run-{name}"
     command = [sys.executable, "-m", "tinygrad_caps.models.cli", "train", "--dataset", data[0], "--data-dir",
                str(data[1]), "--epochs", "1", "--batch-size", str(args.batch_size), "--limit-test", "1000",

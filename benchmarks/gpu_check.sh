@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one run that cannot pass vacuously (budget: 8 minutes on an
-# H100, CuPy's first compile included). Exits non-zero when there is no GPU, when any GPU test
-# fails or is skipped, when compute-sanitizer (memcheck, racecheck) is missing or reports anything
-# in the kernel self-test, when a benchmark fails, or when the run goes over its budget.
+# Everything that needs a GPU, in one run that cannot pass vacuously. Exits non-zero when there is no
+# GPU, when any GPU test fails or is skipped, when compute-sanitizer (memcheck, racecheck) is missing
+# or reports anything in the kernel self-test, when a benchmark fails, or when the run goes over its
+# budget.
 #   bash benchmarks/gpu_check.sh [OUTDIR]      (default $OUT if set, else /tmp/tinygrad-caps-gpu-check)
+# GPU_CHECK_PROFILE picks its size (GPU_CHECK_BUDGET_S overrides the budget):
+#   quick  at most 3 minutes: the kernel self-test, the GPU tests, routing_speed.py, our training step
+#          against PyTorch eager and its CUDA graph at B=100 at both precisions, the history compare;
+#   full   (the default) at most 8 minutes: all of that at B=32 and 100, torch.compile reduce-overhead,
+#          the NCCL test, the first epoch cold and warm, compute-sanitizer and a Fashion-MNIST epoch.
+# (torch.compile max-autotune is a call of its own: train_step.py's docstring.)
+# Every run writes its figures to benchmarks/history/gpu/<date>-<gpu>.json (GPU_CHECK_HISTORY_DIR) and
+# a copy beside the summary, and compares them with the newest earlier file of the same GPU model
+# (compare_gpu_runs.py): the comparison is in the summary; a regression is flagged there, not failed.
 # GPU time is scarce: after the GPU is found, a failing step is recorded and the next one runs,
 # so one run gathers every figure and every failure; each step's time limit is cut to what is
 # left of the budget. Logs, failed_steps.txt and one gpu_summary.json go to OUTDIR. With
@@ -16,10 +25,17 @@
 # The GPU machine has no network: the project is installed without dependencies from its image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+profile=${GPU_CHECK_PROFILE:-full}
+case "$profile" in
+    quick) default_budget=180 ;;
+    full) default_budget=480 ;;
+    *) echo "gpu_check.sh: GPU_CHECK_PROFILE must be quick or full, got '$profile'" >&2; exit 2 ;;
+esac
 target=${1:-${OUT:-/tmp/tinygrad-caps-gpu-check}}
 out=$(mkdir -p "$target" && cd "$target" && pwd)
 py=${PYTHON:-python3}
-budget=${GPU_CHECK_BUDGET_S:-480}
+budget=${GPU_CHECK_BUDGET_S:-$default_budget}
+history_dir=${GPU_CHECK_HISTORY_DIR:-benchmarks/history/gpu}
 started=$(date +%s)
 deadline=$((started + budget - 15))  # 15 s kept for the summary
 export PYTHONUNBUFFERED=1
@@ -115,11 +131,13 @@ run selftest 60 "$py" -m tinygrad_caps.kernels.checking.selftest || true
 # cannot take the others' report with it.
 gpu_test_files=$(grep -rl --include="test_*.py" "pytest.mark.gpu" tests | sort || true)
 [ -n "$gpu_test_files" ] || failed "gpu-tests (no test file marks a test with pytest.mark.gpu)"
-for part in main nccl; do
+parts="main nccl"
+[ "$profile" = full ] || parts="main"  # the NCCL test (a process under mpirun) runs in the full check
+for part in $parts; do
     if [ "$part" = nccl ]; then
         name=gpu-tests-nccl select="nccl" limit=90
     else
-        name=gpu-tests select="not nccl" limit=130
+        name=gpu-tests select="not nccl" limit=$([ "$profile" = full ] && echo 130 || echo 90)
     fi
     run "$name" "$limit" env TINYGRAD_CAPS_REQUIRE_GPU=1 "$py" -m pytest -q -p no:cacheprovider -m "$marker" \
         -k "$select" -rs $gpu_test_files --junitxml "$out/$name.xml" || true
@@ -136,15 +154,27 @@ if counts["tests"] == 0 or counts["skipped"] or counts["failures"] or counts["er
 PY
 done
 
-(cd benchmarks && run routing-speed 75 "$py" routing_speed.py --impl cupy raw fused torch --repeat 10 --json) || true
-# ours eager and captured as a CUDA graph against PyTorch eager, captured (torch.cuda.CUDAGraph) and
-# compiled (torch.compile reduce-overhead, then max-autotune), at both matmul precisions; with each
+if [ "$profile" = full ]; then
+    (cd benchmarks && run routing-speed 75 "$py" routing_speed.py --impl cupy raw fused torch --repeat 10 --json) || true
+else
+    (cd benchmarks && run routing-speed 45 "$py" routing_speed.py --impl cupy raw fused torch --repeat 5 --json) || true
+fi
+# ours eager and captured as a CUDA graph against PyTorch eager and captured (torch.cuda.CUDAGraph), and
+# in the full check compiled (torch.compile reduce-overhead), at both matmul precisions; with each
 # step's FLOPs and bytes against the GPU's peak and copy bandwidth, host and GPU time apart, and memory.
-# torch.compile gets GPU_CHECK_TORCH_COMPILE_S seconds in all (default 180); what does not fit is
-# skipped with the reason, so the step ends within its limit with every other figure.
+# Each variant's first steps, each (batch, precision) and each compile run in processes of their own
+# (train_step.py --isolate): a variant that crashes costs its own cell. torch.compile gets
+# GPU_CHECK_TORCH_COMPILE_S seconds in all (default 180); what does not fit is skipped with the reason,
+# so the step ends within its limit with every other figure (gathered so far in train-step-partial.json).
 compile_s=${GPU_CHECK_TORCH_COMPILE_S:-180}
-(cd benchmarks && run train-step-cuda $((compile_s + 150)) "$py" train_step.py --device cuda --batch 32 100 --repeat 5 \
-    --torch-compile-budget "$compile_s" --json) || true
+if [ "$profile" = full ]; then
+    (cd benchmarks && run train-step-cuda $((compile_s + 150)) "$py" train_step.py --device cuda --batch 32 100 \
+        --repeat 5 --torch-variants eager graph compile-reduce-overhead --torch-compile-budget "$compile_s" \
+        --partial-json "$out/train-step-partial.json" --json) || true
+else
+    (cd benchmarks && run train-step-cuda 75 "$py" train_step.py --device cuda --batch 100 --repeat 3 \
+        --torch-variants eager graph --partial-json "$out/train-step-partial.json" --json) || true
+fi
 # a captured step must compute what the eager one does (train_step.py compares the weights after 10 steps)
 run cuda-graph-equals-eager 15 "$py" - "$out/train-step-cuda.log" <<'PY' || true
 import json, sys
@@ -159,6 +189,7 @@ if not rows or any(d is None or d > 1e-5 for _, _, d in differences):
     sys.exit("a captured training step differs from the eager one (or was not measured)")
 PY
 
+if [ "$profile" = full ]; then
 # The first epoch in new processes: CuPy's kernel cache empty with the first-launch warm-up off (as
 # before), empty with it on, then warm (goal: cold <= 5 s at "highest"); the random images of the
 # same shapes where Fashion-MNIST was not carried here
@@ -196,12 +227,13 @@ if ls "$data_dir"/fashion-mnist/train-images-idx3-ubyte* >/dev/null 2>&1; then
 else
     echo "no Fashion-MNIST files in $data_dir/fashion-mnist: the epoch is not timed" | tee "$out/epoch-fashion-mnist.log"
 fi
+fi  # the full check's steps
 
 elapsed=$(( $(date +%s) - started ))
 status=0
-"$py" - "$out" "$elapsed" "$budget" <<'PY' || status=$?
+"$py" - "$out" "$elapsed" "$budget" "$profile" <<'PY' || status=$?
 import datetime, json, pathlib, sys
-out, elapsed, budget = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+out, elapsed, budget, profile = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
 def last_line(name):
     path = out / f"{name}.log"
@@ -283,6 +315,8 @@ def figures(routing, step, epoch_figures):
     if kernels:
         found["kernel_fraction_of_copy_bandwidth"] = {name: round(k["fraction_of_copy_bandwidth"], 3)
                                                       for name, k in kernels.items()}
+        found["kernel_variants"] = {name: f"{k['variant']} ({k['variant_how']})" for name, k in kernels.items()
+                                    if "variant" in k}
         found["kernel_bandwidth_goals"] = {name: {"fraction": round(k["fraction_of_copy_bandwidth"], 3),
                                                   "goal": k["goal_fraction_of_copy_bandwidth"], "met": k["goal_met"]}
                                            for name, k in kernels.items() if "goal_met" in k}
@@ -297,26 +331,42 @@ def figures(routing, step, epoch_figures):
     return found
 
 
+def train_step_json():
+    """train_step.py's JSON, or what it wrote after its last finished stage where it was cut short."""
+    found = json_tail("train-step-cuda")
+    partial = out / "train-step-partial.json"
+    if "rows" not in found and partial.exists():
+        found = dict(json.loads(partial.read_text()), cut_short=found.get("error"))
+    return found
+
+
 epoch_figures = epoch()
+step = train_step_json()
 summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "seconds": elapsed, "passed": not failed, "failed_steps": failed,
+           "profile": profile, "budget_s": budget, "seconds": elapsed, "passed": not failed, "failed_steps": failed,
            "versions": json.loads((out / "versions.json").read_text()),
            "selftest": last_line("selftest"), "gpu_tests": last_line("gpu-tests"),
            "gpu_tests_nccl": last_line("gpu-tests-nccl"),
            "sanitizers": {tool: last_line(f"sanitizer-{tool}") for tool in ("memcheck", "racecheck")},
-           "routing_speed": json_tail("routing-speed"), "train_step_cuda": json_tail("train-step-cuda"),
+           "routing_speed": json_tail("routing-speed"), "train_step_cuda": step,
            "first_epoch": json_tail("first-epoch"),
            "cuda_graph_equals_eager": last_line("cuda-graph-equals-eager"),
-           "figures": figures(json_tail("routing-speed"), json_tail("train-step-cuda"), epoch_figures),
+           "figures": figures(json_tail("routing-speed"), step, epoch_figures),
            "fashion_mnist_epoch": epoch_figures}
 (out / "gpu_summary.json").write_text(json.dumps(summary, indent=2))
 if failed:
-    sys.exit(f"gpu_check FAILED after {elapsed} s: " + "; ".join(failed) + f" (summary in {out / 'gpu_summary.json'})")
+    print(f"gpu_check FAILED after {elapsed} s: " + "; ".join(failed) + f" (summary in {out / 'gpu_summary.json'})",
+          file=sys.stderr)
+    sys.exit(1)
 print(f"gpu_check passed in {elapsed} s; summary in {out / 'gpu_summary.json'}")
 PY
+# The run's figures into the GPU history, compared with the newest earlier run on the same GPU model
+# (into the summary; a regression is flagged there and printed, the check's status is the steps')
+"$py" benchmarks/gpu_history.py record "$out" --history-dir "$history_dir" 2>&1 | tee "$out/history.log" \
+    || echo "== the GPU history could not be written (history.log)"
 if [ "${GPU_CHECK_PACK:-0}" = 1 ]; then
     (cd "$out" && find . -maxdepth 1 -type f ! -name gpu_summary.json ! -name failed_steps.txt ! -name gpu_check_logs.tar.gz \
-        -printf '%P\n' | sort | tar czf gpu_check_logs.tar.gz -T - && find . -maxdepth 1 -type f ! -name gpu_summary.json \
-        ! -name failed_steps.txt ! -name gpu_check_logs.tar.gz -delete)
+        ! -name 'history-*.json' -printf '%P\n' | sort | tar czf gpu_check_logs.tar.gz -T - && find . -maxdepth 1 -type f \
+        ! -name gpu_summary.json ! -name failed_steps.txt ! -name gpu_check_logs.tar.gz ! -name 'history-*.json' -delete)
 fi
 exit "$status"

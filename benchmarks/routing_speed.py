@@ -19,7 +19,9 @@ in this same run.
 On the GPU, every kernel is also timed alone: "kernel" is CUDA-event time of the launch only
 (inputs, outputs and the launch record prepared beforehand, many launches back to back), "op" the
 launcher call end to end (checks, allocation, launch); the bandwidth fraction is computed from the
-kernel time.
+kernel time. Beside each kernel, its variant: the one measured fastest on this GPU (kernels/tune.py,
+"tuned" now or "cached" from an earlier process), the fixed default ("default", with tuning off),
+or the one the row forces ("forced").
 
     python benchmarks/routing_speed.py [--batch 100] [--in-caps 1152] [--out-caps 10] [--dim 16]
         [--in-dim 8] [--iterations 3] [--repeat 20] [--impl cupy raw fused torch]
@@ -286,7 +288,7 @@ def kernel_seconds(records, repeat):
 
 # The kernels' goals, as fractions of the copy bandwidth measured in the same run (kernel time), and
 # the fused forward's speed-up over the op-by-op forward (raw); each figure is printed beside its goal.
-KERNEL_BANDWIDTH_GOALS = {"capsule_predict": 0.80, "capsule_grad (u and W, one pass)": 0.50,
+KERNEL_BANDWIDTH_GOALS = {"capsule_predict": 0.80, "capsule_grad (u and W)": 0.50,
                           "capsule_grad_u": 0.50, "capsule_grad_w": 0.50, "routing_agreement": 0.60,
                           "im2col (PrimaryCaps)": 0.50}
 FUSED_FORWARD_SPEEDUP_GOAL = 5.0
@@ -334,24 +336,34 @@ def raw_kernels(args, bandwidth, repeat):
     sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
     chosen = routing.choose_forward_slices(u_hat.shape, u_hat.dtype, sms)
     slices_label = "one block, one launch" if chosen == routing.SINGLE_BLOCK else f"{chosen} slices"
+    predict_bytes, grad_bytes = u.nbytes + w.nbytes + u_hat.nbytes, u_hat.nbytes + 2 * (u.nbytes + w.nbytes)
+    # the sliced forward reads u_hat once per iteration (one launch each), the logits r - 2 times,
+    # and writes them r - 1 times and c once (the least any variant moves); the one-block kernel
+    # reads u_hat 2r - 1 times
+    forward_bytes = r * u_hat.nbytes + (2 * r - 2) * c.nbytes + v.nbytes
+    im2col_bytes = x.nbytes + col.nbytes
+    # each kernel with variants (kernels/tune.py) as the engine runs it (its variant measured fastest
+    # on this GPU, or the fixed default), then each of its variants forced
     cases = {
-        "capsule_predict": (lambda run: capsule.capsule_predict(u, w, run), u.nbytes + w.nbytes + u_hat.nbytes),
-        "capsule_grad (u and W, one pass)": (lambda run: capsule.capsule_grad(u_hat, u, w, run),
-                                             u_hat.nbytes + 2 * (u.nbytes + w.nbytes)),
-        "capsule_predict (W[i] in shared memory: the previous kernel)": (
-            lambda run: capsule.capsule_predict(u, w, run, registers=False), u.nbytes + w.nbytes + u_hat.nbytes),
-        "capsule_grad (u and W, one pass, W[i] in shared memory: the previous kernel)": (
-            lambda run: capsule.capsule_grad(u_hat, u, w, run, registers=False), u_hat.nbytes + 2 * (u.nbytes + w.nbytes)),
+        "capsule_predict": (lambda run: capsule.capsule_predict(u, w, run), predict_bytes),
+        "capsule_predict (registers, forced)": (lambda run: capsule.capsule_predict(u, w, run, registers=True),
+                                                predict_bytes),
+        "capsule_predict (W[i] in shared memory, forced)": (
+            lambda run: capsule.capsule_predict(u, w, run, registers=False), predict_bytes),
+        "capsule_grad (u and W)": (lambda run: capsule.capsule_grad(u_hat, u, w, run), grad_bytes),
+        "capsule_grad (u and W, one pass in registers, forced)": (
+            lambda run: capsule.capsule_grad(u_hat, u, w, run, registers=True), grad_bytes),
+        "capsule_grad (u and W, one pass, W[i] in shared memory, forced)": (
+            lambda run: capsule.capsule_grad(u_hat, u, w, run, registers=False), grad_bytes),
         "capsule_grad_u": (lambda run: capsule.capsule_grad_u(u_hat, w, run), u_hat.nbytes + w.nbytes + u.nbytes),
         "capsule_grad_w": (lambda run: capsule.capsule_grad_w(u_hat, u, run), u_hat.nbytes + u.nbytes + w.nbytes),
         "routing_weighted_sum": (lambda run: routing.routing_weighted_sum(c, u_hat, run),
                                  u_hat.nbytes + c.nbytes + v.nbytes),
         "routing_agreement": (lambda run: routing.routing_agreement(u_hat, v, run), u_hat.nbytes + v.nbytes + c.nbytes),
-        # the sliced kernel reads u_hat once per iteration (one launch each), the logits r - 2 times,
-        # and writes them r - 1 times and c once; the one-block kernel reads u_hat 2r - 1 times
-        f"routing_forward ({r} iterations, {slices_label} per example)": (
-            lambda run: routing.routing_forward(u_hat, r, runner=run), r * u_hat.nbytes + (2 * r - 2) * c.nbytes + v.nbytes),
-        f"routing_forward ({r} iterations, one block per example)": (
+        f"routing_forward ({r} iterations)": (lambda run: routing.routing_forward(u_hat, r, runner=run), forward_bytes),
+        f"routing_forward ({r} iterations, the heuristic's {slices_label} per example, forced)": (
+            lambda run: routing.routing_forward(u_hat, r, runner=run, sm_count=sms), forward_bytes),
+        f"routing_forward ({r} iterations, one block per example, forced)": (
             lambda run: routing.routing_forward(u_hat, r, runner=run, slices=routing.SINGLE_BLOCK),
             (2 * r - 1) * u_hat.nbytes + 3 * c.nbytes + v.nbytes),
         f"routing_outer_products ({terms} terms)": (lambda run: routing.routing_outer_products(p, q, run),
@@ -366,28 +378,46 @@ def raw_kernels(args, bandwidth, repeat):
         "adam_step_capturable (W, in place)": (
             lambda run: optim.adam_step_capturable(trained_w, *adam_state, None, step_count, rate, (0.9, 0.999), 1e-8,
                                                    runner=run), 7 * w.nbytes),
-        "im2col (PrimaryCaps)": (lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run), x.nbytes + col.nbytes),
-        "im2col (PrimaryCaps, im2col_rows: one grid row per column row, the previous kernel)": (
-            lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, planes=False), x.nbytes + col.nbytes),
-        "im2col, one element per thread (PrimaryCaps)": (
-            lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, by_rows=False), x.nbytes + col.nbytes),
+        "im2col (PrimaryCaps)": (lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run), im2col_bytes),
+        "im2col (PrimaryCaps, im2col_planes: staged image planes, forced)": (
+            lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, by_rows=True, planes=True), im2col_bytes),
+        "im2col (PrimaryCaps, im2col_rows: one grid row per column row, forced)": (
+            lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, planes=False), im2col_bytes),
+        "im2col, one element per thread (PrimaryCaps, forced)": (
+            lambda run: conv.im2col(x, (9, 9), (2, 2), (0, 0), False, run, by_rows=False), im2col_bytes),
         "col2im (PrimaryCaps)": (lambda run: conv.col2im(col, x.shape, (9, 9), (2, 2), (0, 0), False, run),
-                                 x.nbytes + col.nbytes),
+                                 im2col_bytes),
     }
     for forced in getattr(args, "forward_slices", None) or ():  # a sweep over S, to tune the heuristic
         cases[f"routing_forward ({r} iterations, {forced} slices per example, forced)"] = (
             lambda run, forced=forced: routing.routing_forward(u_hat, r, runner=run, slices=forced),
             r * u_hat.nbytes + (2 * r - 2) * c.nbytes + v.nbytes)
+    from tinygrad_caps.kernels import tune
+
     out = {}
     for name, (call, nbytes) in cases.items():
+        with tune.recording() as choices:
+            call(None)  # the GPU runner: a kernel with variants measures them here (or finds its choice)
         recorder = RecordingRunner()
         call(recorder)
         kernel = kernel_seconds(recorder.records, repeat)
         op = statistics.median(time_pass("raw", lambda: call(None), repeat, 3))
         out[name] = with_goal(name, {"kernel_seconds": kernel, "op_seconds": op, "bytes": nbytes,
                                      "launches": len(recorder.records),
-                                     "fraction_of_copy_bandwidth": nbytes / kernel / bandwidth})
+                                     "fraction_of_copy_bandwidth": nbytes / kernel / bandwidth,
+                                     **variant_of(choices, name)})
     return out
+
+
+def variant_of(choices, case: str) -> dict:
+    """{"variant", "variant_how", "variant_seconds"} of the kernel a case ran, from its tune.Choice
+    records (none: the case forces its variant, or the kernel has only one)."""
+    if not choices:
+        forced = "forced" in case
+        return {"variant": "forced" if forced else "-", "variant_how": "forced by the case" if forced else "one variant"}
+    choice = choices[-1]
+    return {"variant": choice.variant, "variant_how": choice.how + (f" ({choice.reason})" if choice.reason else ""),
+            "variant_seconds": choice.seconds}
 
 
 def implementations(args, arrays):
@@ -511,7 +541,8 @@ def main():
         goal = (f"  goal >= {k['goal_fraction_of_copy_bandwidth']:.0%}: {'met' if k['goal_met'] else 'NOT met'}"
                 if "goal_met" in k else "")
         print(f"kernel {name:<34} kernel {k['kernel_seconds'] * 1e6:8.1f} us  op {k['op_seconds'] * 1e6:8.1f} us  "
-              f"{k['bytes'] / 1e6:7.1f} MB  {k['fraction_of_copy_bandwidth']:.0%} of copy bandwidth{goal}")
+              f"{k['bytes'] / 1e6:7.1f} MB  {k['fraction_of_copy_bandwidth']:.0%} of copy bandwidth{goal}  "
+              f"variant {k['variant']} ({k['variant_how']})")
 
 
 if __name__ == "__main__":

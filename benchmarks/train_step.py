@@ -22,10 +22,26 @@ returns) and its CUDA-event time apart; the device memory a step needs above wha
 fastest step to PyTorch's fastest, and the goals (time <= 1.0x, moonshot 0.8x; captured memory <= 1.1x
 the eager peak), met or not.
 
+A crash costs its own cell, never the table (``--isolate``, the default on a GPU: a CUDA device-side
+assert poisons its whole process, as PyTorch's captured step did on the H200 of 2026-11-28). Each
+variant (ours eager and captured, PyTorch eager and graph) first runs its first steps at every
+(batch, precision) in a process of its own (_isolated.py); each (batch, precision) is then timed in a
+process of its own, the variants that survived their probe in turns; each torch.compile variant is
+compiled and timed in a process of its own per (batch, precision), within what is left of
+``--torch-compile-budget`` (its compile time reported; one that does not compile in time says how long
+it ran). A variant that failed has the reason in its cell. ``--partial-json PATH`` keeps what is
+gathered so far after each stage. ``--no-isolate`` runs everything in this process.
+
     python benchmarks/train_step.py [--batch 32 100] [--repeat 5] [--device cpu|cuda]
                                     [--precision highest high] [--no-cuda-graph] [--json]
                                     [--torch-variants eager graph compile-reduce-overhead compile-max-autotune]
                                     [--no-torch-compile] [--torch-compile-budget SECONDS]
+                                    [--isolate | --no-isolate] [--cell-timeout SECONDS] [--partial-json PATH]
+
+torch.compile in max-autotune mode is timed in a call of its own (its compile alone takes minutes):
+
+    python benchmarks/train_step.py --device cuda --batch 100 --precision highest \
+        --torch-variants compile-max-autotune --torch-compile-budget 360 --json
 """
 from __future__ import annotations
 
@@ -175,7 +191,7 @@ def prepare_compiled(cells, variants, torch_device, state, budget_s) -> dict:
     return prepared
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, nargs="+", default=[32, 100])
     parser.add_argument("--repeat", type=int, default=5)
@@ -189,13 +205,34 @@ def main():
                         help="leave out torch.compile's variants (their compile takes minutes)")
     parser.add_argument("--torch-compile-budget", type=float, default=300.0, metavar="SECONDS",
                         help="seconds for torch.compile's compiles and warm-ups in all (default 300); what does not "
-                             "fit is skipped with the reason")
+                             "fit is skipped with the reason and the time it reached")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                       help="each variant's first steps, each (batch, precision) and each torch.compile variant in a "
+                            "process of its own (the default on a GPU): a crash costs its own cell")
+    where.add_argument("--no-isolate", dest="isolate", action="store_false", help="everything in this process")
+    parser.add_argument("--cell-timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="the longest a process of its own may take for one cell (default 300)")
+    parser.add_argument("--partial-json", default=None, metavar="PATH",
+                        help="write the figures gathered so far to PATH after each stage (isolated runs)")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    # what a process of its own is asked to do (see isolated_main)
+    parser.add_argument("--probe", choices=CHILD_VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--cells", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--time-cell", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--ours", nargs="*", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--time-torch", nargs="*", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--compile", choices=list(COMPILE_MODES), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--limit", type=float, default=None, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def setup(args) -> dict:
+    """The run's devices, made current: {"device", "on_gpu", "sync", "torch_device"} (a GPU run
+    initializes CUDA in this process)."""
     device = tc.backend.normalize_device(args.device)
     on_gpu = device.startswith("cuda")
-    sync = None
-    torch_device = "cpu"
+    sync, torch_device = None, "cpu"
     if on_gpu:
         import cupy
 
@@ -207,43 +244,85 @@ def main():
             raise SystemExit("train_step.py --device cuda compares with PyTorch on CUDA, but this PyTorch has no CUDA")
         if torch is not None:
             torch.cuda.set_device(index)
-    precisions = args.precision or (["highest", "high"] if on_gpu else ["highest"])
-    graphs = on_gpu and not args.no_cuda_graph
-    variants, skipped = torch_plan(args, torch_device)
-    gpu_name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode() if on_gpu else None
-    bandwidth = copy_bandwidth("cuda" if on_gpu else "cpu")
-    peak = peak_for(gpu_name) if on_gpu else None
-    cells = [(precision, batch) for precision in precisions for batch in args.batch]
-    state = seeded_state() if torch is not None else None
-    prepared = prepare_compiled(cells, variants, torch_device, state, args.torch_compile_budget) if variants else {}
-    rows = []
-    for precision, batch in cells:
-        set_precision(precision)
-        say(f"timing B={batch}, {precision}")
-        row = measure(batch, device, torch_device, precision, graphs, args.repeat, sync, variants=variants,
-                      skipped=skipped, prepared=prepared.get((precision, batch), {}), state=state)
-        rows.append(summarize(row, step_cost(batch), peak, bandwidth))
-    set_precision("highest")
-    info = {"device": device, "machine": platform.processor() or platform.machine(), "allocator": describe_allocator(),
-            "torch": getattr(torch, "__version__", None),
+    return {"device": device, "on_gpu": on_gpu, "sync": sync, "torch_device": torch_device}
+
+
+def gpu_name_of(on_gpu: bool):
+    if not on_gpu:
+        return None
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+
+
+def run_info(args, ctx, variants, skipped, bandwidth, peak, gpu_name) -> dict:
+    """The run's description (the JSON's "info")."""
+    info = {"device": ctx["device"], "machine": platform.processor() or platform.machine(),
+            "allocator": describe_allocator(), "torch": getattr(torch, "__version__", None),
             "torch_threads": torch.get_num_threads() if torch is not None else None,
             "torch_variants": variants, "torch_variants_skipped": skipped,
-            "torch_compile_budget_s": args.torch_compile_budget,
+            "torch_compile_budget_s": args.torch_compile_budget, "isolated": bool(args.isolate),
             "copy_bandwidth_bytes_per_s": bandwidth, "peak": None if peak is None else peak._asdict()}
-    if on_gpu:
+    if ctx["on_gpu"]:
         info["gpu"] = gpu_name
         info["cudnn"] = torch.backends.cudnn.version() if torch is not None and torch.backends.cudnn.is_available() else None
     else:
         info["not_measured_here"] = ("host and GPU time apart, and device memory, are measured on a GPU only "
                                      "(memory.py measures the CPU's)")
+    return info
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.probe or args.time_cell or args.compile:
+        return isolated_main(args)
+    device = tc.backend.normalize_device(args.device)
+    on_gpu = device.startswith("cuda")
+    if args.isolate is None:
+        args.isolate = on_gpu
+    precisions = args.precision or (["highest", "high"] if on_gpu else ["highest"])
+    cells = [(precision, batch) for precision in precisions for batch in args.batch]
+    if args.isolate:
+        result = run_isolated(args, device, cells)
+    else:
+        result = run_here(args, cells)
     if torch is None:
         say_pytorch_missing(args.json)
     sys.stderr.flush()
-    if args.json:
-        print(json.dumps({"info": info, "rows": rows}, indent=2))
+    print_result(result, args.json)
+
+
+def run_here(args, cells) -> dict:
+    """Every cell in this process (what train_step.py did before --isolate): {"info", "rows"}."""
+    ctx = setup(args)
+    graphs = ctx["on_gpu"] and not args.no_cuda_graph
+    variants, skipped = torch_plan(args, ctx["torch_device"])
+    gpu_name = gpu_name_of(ctx["on_gpu"])
+    bandwidth = copy_bandwidth("cuda" if ctx["on_gpu"] else "cpu")
+    peak = peak_for(gpu_name) if ctx["on_gpu"] else None
+    state = seeded_state() if torch is not None else None
+    prepared = prepare_compiled(cells, variants, ctx["torch_device"], state, args.torch_compile_budget) \
+        if variants else {}
+    rows = []
+    for precision, batch in cells:
+        set_precision(precision)
+        say(f"timing B={batch}, {precision}")
+        row = measure(batch, ctx["device"], ctx["torch_device"], precision, graphs, args.repeat, ctx["sync"],
+                      variants=variants, skipped=skipped, prepared=prepared.get((precision, batch), {}), state=state)
+        rows.append(summarize(row, step_cost(batch), peak, bandwidth))
+    set_precision("highest")
+    return {"info": run_info(args, ctx, variants, skipped, bandwidth, peak, gpu_name), "rows": rows}
+
+
+def print_result(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
         return
-    print(f"# {info}")
-    for r in rows:
+    print(f"# {result['info']}")
+    for r in result["rows"]:
+        if "ours_s" not in r:
+            print(f"B={r['batch']:<4} {r['precision']:<8} ours: not timed ({r.get('failed', 'see the variants')})")
+            continue
         line = f"B={r['batch']:<4} {r['precision']:<8} ours {r['ours_s'] * 1e3:7.2f} ms/step"
         if "ours_graph_s" in r:
             line += f"   captured {r['ours_graph_s'] * 1e3:7.2f} ms (weights vs eager: {r['graph_max_rel_diff']:.1e})"
@@ -251,20 +330,215 @@ def main():
             line += (f"   PyTorch {r['torch_s'] * 1e3:7.2f} ms   ratio {r['ratio']:.2f}   "
                      f"(first losses {r['first_loss_ours']:.5f} / {r['first_loss_torch']:.5f})")
         print(line)
-    for line in table(rows):
+    for line in table(result["rows"]):
         print(line)
 
 
+# ----- processes of their own: probes, one process per cell, torch.compile apart -----
+CHILD_VARIANTS = ("ours-eager", "ours-captured", "torch-eager", "torch-graph")
+FAIL_ENV = "TRAIN_STEP_FAIL"  # for this script's tests: "VARIANT@BATCH" crashes that variant's probe there
+
+
+def cell_text(cells) -> str:
+    return ",".join(f"{precision}:{batch}" for precision, batch in cells)
+
+
+def parse_cells(text: str) -> list:
+    return [(part.split(":")[0], int(part.split(":")[1])) for part in text.split(",") if part]
+
+
+def child_command(args, *extra) -> list:
+    """This script with the run's options and ``extra`` (a child's task)."""
+    command = [sys.executable, os.path.abspath(__file__), "--device", args.device, "--repeat", str(args.repeat)]
+    if args.no_cuda_graph:
+        command.append("--no-cuda-graph")
+    return command + [str(part) for part in extra]
+
+
+def isolated_main(args) -> int:
+    """A child's task: ``--probe`` (a variant's first steps at ``--cells``), ``--time-cell`` (one row,
+    our variants ``--ours`` and PyTorch's ``--torch-variants`` timed in turns) or ``--compile`` (one
+    torch.compile variant compiled within ``--limit`` seconds, then timed). Reports JSON lines."""
+    from _isolated import emit
+
+    ctx = setup(args)
+    state = seeded_state() if torch is not None else None
+    if args.probe:
+        for precision, batch in parse_cells(args.cells):
+            set_precision(precision)
+            emit(cell=[precision, batch], ok=True, first_loss=probe_variant(args.probe, batch, ctx, state))
+        return 0
+    precision, batch = parse_cells(args.time_cell)[0]
+    set_precision(precision)
+    if args.compile:
+        emit(cell=[precision, batch], ok=True, figures=time_compiled(args, ctx, state, batch))
+        return 0
+    ours = args.ours if args.ours is not None else ["ours-eager", "ours-captured"]
+    graphs = ctx["on_gpu"] and "ours-captured" in ours and not args.no_cuda_graph
+    asked = args.time_torch if args.time_torch is not None else args.torch_variants
+    torch_variants = [v for v in asked if v in ("eager", "graph")] if torch is not None else []
+    row = measure(batch, ctx["device"], ctx["torch_device"], precision, graphs, args.repeat, ctx["sync"],
+                  variants=torch_variants, state=state, ours_eager="ours-eager" in ours)
+    gpu_name = gpu_name_of(ctx["on_gpu"])
+    emit(cell=[precision, batch], ok=True, row=row, gpu=gpu_name,
+         bandwidth=copy_bandwidth("cuda" if ctx["on_gpu"] else "cpu"),
+         cudnn=torch.backends.cudnn.version() if torch is not None and torch.backends.cudnn.is_available() else None)
+    return 0
+
+
+def probe_variant(variant: str, batch: int, ctx: dict, state) -> float:
+    """Build ``variant`` at ``batch`` and run its first steps to the end of the device's work; its first loss."""
+    failing = os.environ.get(FAIL_ENV, "")
+    if failing == f"{variant}@{batch}":
+        print("train_step.py: ScatterGatherKernel.cu:409: Assertion `idx_dim >= 0 && idx_dim < index_size && "
+              "\"index out of bounds\"` failed (simulated for the tests)", file=sys.stderr, flush=True)
+        os.abort()
+    sync = ctx["sync"] or (lambda: None)
+    if variant == "ours-eager":
+        _, step, *_ = ours_step(batch, ctx["device"])
+        first = step().item()
+        step()
+    elif variant == "ours-captured":
+        _, replay, runner = captured_step(batch, ctx["device"])
+        replay()
+        sync()
+        first = float("nan")  # a replay returns nothing; the eager probe has the loss
+        runner.close()
+    else:
+        build = build_eager if variant == "torch-eager" else build_graph
+        built = build(torch_model(state, ctx["torch_device"]), *torch_batch(batch, ctx["torch_device"]))
+        for _ in range(2):
+            built.step()
+        torch.cuda.synchronize() if ctx["on_gpu"] else None
+        first = built.first_loss
+    sync()
+    return first
+
+
+def time_compiled(args, ctx, state, batch) -> dict:
+    """One torch.compile variant at ``batch``: compiled within ``args.limit`` seconds, then timed
+    (``args.repeat`` steps, twice) with host and GPU time apart and its step's memory."""
+    limit = args.limit
+    x, y = torch_batch(batch, ctx["torch_device"])
+    say(f"compiling torch-{args.compile} at B={batch} (at most {limit:.0f} s)")
+    built = build_compiled(torch_model(state, ctx["torch_device"]), x, y, args.compile, limit_s=limit)
+    torch_sync = torch.cuda.synchronize if ctx["on_gpu"] else None
+    times = time_in_turns({"compiled": built.step}, args.repeat, syncs={"compiled": torch_sync})["compiled"]
+    figures = {"first_loss": built.first_loss, "compile_s": built.compile_s, "s": times["median"],
+               "spread_s": [times["min"], times["max"]], "timed": "in a process of its own"}
+    if ctx["on_gpu"]:
+        apart = host_and_gpu_times(built.step, "torch", args.repeat)
+        figures.update(host_s=apart["host_s"], gpu_s=apart["gpu_s"])
+        figures["peak_bytes"] = torch_step_peak_bytes(built.step)  # as measure_on_gpu does for a compiled step
+    return figures
+
+
+def write_partial(path, result) -> None:
+    if path:
+        temporary = f"{path}.tmp"
+        with open(temporary, "w") as out:
+            json.dump(result, out, indent=2)
+        os.replace(temporary, path)
+
+
+def run_isolated(args, device: str, cells: list) -> dict:
+    """Probe each variant's first steps, then time each cell, then compile and time torch.compile's
+    variants, each in processes of their own (see the module docstring); {"info", "rows"}."""
+    from _isolated import failure_reason, probe, run_child
+
+    on_gpu = device.startswith("cuda")
+    here = os.path.dirname(os.path.abspath(__file__))
+    variants, skipped = torch_plan(args, f"cuda:{tc.backend.cuda_index(device)}" if on_gpu else "cpu")
+    ours = ["ours-eager"] + (["ours-captured"] if on_gpu and not args.no_cuda_graph else [])
+    in_process = ours + [f"torch-{v}" for v in variants if v in ("eager", "graph")]
+    failed = {cell: {} for cell in cells}  # {cell: {variant: why}}
+    for variant in in_process:
+        say(f"probing {variant}'s first steps in a process of its own")
+        outcome = probe(variant, cells,
+                        lambda v, left: child_command(args, "--probe", v, "--cells", cell_text(left),
+                                                      "--torch-variants", *args.torch_variants),
+                        args.cell_timeout, cwd=here)
+        for cell, why in outcome.items():
+            if why is not None:
+                failed[cell][variant] = why
+    rows, info_bits = [], {}
+    for precision, batch in cells:
+        cell = (precision, batch)
+        alive = [v for v in in_process if v not in failed[cell]]
+        say(f"timing B={batch}, {precision} in a process of its own: {', '.join(alive) or 'nothing survived'}")
+        row = {"batch": batch, "precision": precision, "variants": {}}
+        if alive:
+            torch_alive = [v[len("torch-"):] for v in alive if v.startswith("torch-")]
+            result = run_child(child_command(args, "--time-cell", cell_text([cell]), "--ours",
+                                             *[v for v in alive if v.startswith("ours")],
+                                             "--time-torch", *torch_alive),
+                               args.cell_timeout, cwd=here)
+            reports = [line for line in result.lines if line.get("ok") and "row" in line]
+            if reports:
+                row = reports[-1]["row"]
+                info_bits = {k: reports[-1][k] for k in ("gpu", "bandwidth", "cudnn")}
+            else:
+                row["failed"] = failure_reason(result, "the cell's timing")
+                for variant in alive:
+                    row["variants"][variant] = {"skipped": row["failed"]}
+        for variant, why in failed[cell].items():
+            row["variants"][variant] = {"skipped": why}
+        rows.append(row)
+        write_partial(args.partial_json, {"info": {"stage": "cells"}, "rows": rows})
+    deadline = time.perf_counter() + args.torch_compile_budget
+    for variant in [v for v in COMPILE_MODES if v in variants]:
+        for row in rows:
+            name, left = f"torch-{variant}", deadline - time.perf_counter()
+            if left <= 0:
+                row["variants"][name] = {"skipped": f"the {args.torch_compile_budget:.0f} s compile budget "
+                                                    "(--torch-compile-budget) was spent before it"}
+                continue
+            say(f"compiling and timing {name} at B={row['batch']}, {row['precision']} in a process of its own "
+                f"(compile at most {left:.0f} s)")
+            result = run_child(child_command(args, "--compile", variant, "--time-cell",
+                                             cell_text([(row["precision"], row["batch"])]), "--limit", f"{left:.0f}"),
+                               left + args.cell_timeout, cwd=here)
+            reports = [line for line in result.lines if line.get("ok") and "figures" in line]
+            if reports:
+                row["variants"][name] = reports[-1]["figures"]
+                row[f"{KEYS[name]}_s"] = reports[-1]["figures"]["s"]
+            else:
+                why = failure_reason(result, "its compile")
+                if "CompileTimeLimit" in result.stderr_tail or result.exit is None:
+                    why = (f"did not compile within {left:.0f} s (it reached {result.seconds:.0f} s in a process of "
+                           f"its own): {why}")
+                row["variants"][name] = {"skipped": why}
+            write_partial(args.partial_json, {"info": {"stage": "compile"}, "rows": rows})
+    gpu_name, bandwidth = info_bits.get("gpu"), info_bits.get("bandwidth")
+    peak = peak_for(gpu_name) if on_gpu and gpu_name else None
+    order = ["ours-eager", "ours-captured"] + [f"torch-{v}" for v in VARIANTS]
+    for row in rows:
+        for variant, reason in skipped.items():
+            row["variants"].setdefault(f"torch-{variant}", {"skipped": reason})
+        row["variants"] = {name: row["variants"][name] for name in order if name in row["variants"]}
+        summarize(row, step_cost(row["batch"]), peak, bandwidth)
+    ctx = {"device": device, "on_gpu": on_gpu}
+    info = run_info(args, ctx, variants, skipped, bandwidth, peak, gpu_name)
+    if on_gpu:
+        info["cudnn"] = info_bits.get("cudnn")
+    result = {"info": info, "rows": rows}
+    write_partial(args.partial_json, result)
+    return result
+
+
 def measure(batch, device, torch_device, precision, graphs, repeat, sync, variants=("eager",), skipped=None,
-            prepared=None, state=None) -> dict:
-    """One row: our eager step, our captured step (``graphs``) and PyTorch's ``variants`` (eager and
-    graph built here; the compiled ones taken ready from ``prepared``), timed in turns; then, on a GPU,
-    host and GPU time apart and the device memory of each. ``skipped``: {variant: why} for the row."""
-    model, step, x, y, _ = ours_step(batch, device)
+            prepared=None, state=None, ours_eager: bool = True) -> dict:
+    """One row: our eager step (``ours_eager``), our captured step (``graphs``) and PyTorch's
+    ``variants`` (eager and graph built here; the compiled ones taken ready from ``prepared``), timed in
+    turns; then, on a GPU, host and GPU time apart and the device memory of each. ``skipped``:
+    {variant: why} for the row."""
     row = {"batch": batch, "precision": precision}
-    row["first_loss_ours"] = step().item()
-    figures = {"ours-eager": {"first_loss": row["first_loss_ours"]}}
-    fns, syncs = {"ours": step}, {"ours": sync}
+    figures, fns, syncs, model = {}, {}, {}, None
+    if ours_eager:
+        model, step, x, y, _ = ours_step(batch, device)
+        row["first_loss_ours"] = step().item()
+        figures["ours-eager"] = {"first_loss": row["first_loss_ours"]}
+        fns["ours"], syncs["ours"] = step, sync
     runner = None
     if graphs:
         row["graph_max_rel_diff"] = graph_matches_eager(batch, device)
@@ -306,12 +580,13 @@ def measure(batch, device, torch_device, precision, graphs, repeat, sync, varian
         row[f"{key}_s"] = times[key]["median"]
         figures[names[key]]["s"] = times[key]["median"]
         figures[names[key]]["spread_s"] = [times[key]["min"], times[key]["max"]]
-    if torch is not None and "torch_s" in row:
-        best = row.get("ours_graph_s", row["ours_s"])
+    if torch is not None and "torch_s" in row and ("ours_s" in row or "ours_graph_s" in row):
+        best = row.get("ours_graph_s", row.get("ours_s"))
         row["ratio"] = best / row["torch_s"]  # our fastest step against PyTorch's eager step
-        row["ratio_eager"] = row["ours_s"] / row["torch_s"]
+        if "ours_s" in row:
+            row["ratio_eager"] = row["ours_s"] / row["torch_s"]
     if device.startswith("cuda"):
-        parameters = {"ours": list(model.parameters())}
+        parameters = {"ours": list(model.parameters())} if model is not None else {}
         if "torch-eager" in built:
             parameters["torch"] = list(built["torch-eager"].model.parameters())
         measure_on_gpu(fns, figures, names, repeat, parameters)
@@ -339,4 +614,4 @@ def measure_on_gpu(fns, figures, names, repeat, parameters) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

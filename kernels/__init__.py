@@ -18,6 +18,8 @@ against NumPy: that checking code is the sub-package ``checking/``.
     modules.py  what the GPU runner compiles: each .cu as one RawModule per dtype
     warmup.py   every module of a dtype compiled for a GPU at once, in parallel, at its first launch
                 (``warm_up``; ahead of time: ``python -m tinygrad_caps.kernels.warmup``)
+    tune.py     the variant of each kernel that has several, measured on the GPU at first use and
+                kept on disk (ahead of time: ``python -m tinygrad_caps.kernels.tune``)
     moved.py    old module paths that still import, with a DeprecationWarning (every layer uses it)
     device.py   DeviceError, device names and contexts, array modules (the engine's too)
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import tune
 from .launch import DEFAULT_THREADS, MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, KernelLaunch, aligned, block_limit, \
     check_int32, default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
 
@@ -90,21 +91,34 @@ def _shared_bytes(op, values, dtype):
     return values * np.dtype(dtype).itemsize
 
 
-def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS, registers: bool | None = None):
+# capsule_predict's variants (tune.KERNELS): (registers, threads)
+PREDICT_VARIANTS = {"shared": (False, DEFAULT_THREADS), "registers": (True, DEFAULT_THREADS),
+                    "registers-128": (True, 128), "registers-512": (True, 512)}
+
+
+def capsule_predict(u, W, runner=None, threads: int | None = None, registers: bool | None = None):
     """u_hat[b,i,j,d] = sum_k W[i,j,d,k] u[b,i,k]: u (B,I,K), W (I,J,D,K) -> (B,I,J,D).
 
-    ``registers`` (default: K <= PREDICT_KMAX): blocks (i, chunk of B), each thread holding the K
-    values of one column group of W[i] in registers. Otherwise one block per input capsule with
-    W[i] in shared memory. Both write u_hat with vector stores when J*D allows."""
+    ``registers=True`` (K <= PREDICT_KMAX): blocks (i, chunk of B), each thread holding the K
+    values of one column group of W[i] in registers. ``registers=False``: one block per input
+    capsule with W[i] in shared memory. Both write u_hat with vector stores when J*D allows.
+    ``threads`` per block (default 256). With both left at None the variant (tune.KERNELS
+    "capsule_predict") is the one measured fastest on this GPU for these shapes, or the fixed
+    default (W[i] in shared memory) where nothing is measured (see tune.py)."""
     xp, (u, W) = prepare("capsule_predict", {"u": u, "W": W}, {"u": 3, "W": 4})
     b, i, j, d, k = _sizes("capsule_predict", u.shape, W.shape)
     out = empty_like_output(xp, (b, i, j, d), u.dtype, like=u)
     if out.size == 0:
         return out.reshape(b, i, j, d)
     runner = runner or default_runner([u])
+    candidates = {name: (lambda run, r=r, t=t: capsule_predict(u, W, run, t, r)) for name, (r, t) in
+                  PREDICT_VARIANTS.items() if (k <= PREDICT_KMAX if r else predict_fits(W.shape, u.dtype))}
+    if registers is None and threads is None and candidates:
+        registers, threads = PREDICT_VARIANTS[tune.choose("capsule_predict", u, (u.shape, W.shape), candidates, runner)]
+    threads = threads or DEFAULT_THREADS
     vec = int((j * d) % vector_width(u.dtype) == 0 and aligned(out))
     if registers is None:
-        registers = k <= PREDICT_KMAX
+        registers = PREDICT_VARIANTS[tune.KERNELS["capsule_predict"].default][0] or not predict_fits(W.shape, u.dtype)
     if registers:
         if k > PREDICT_KMAX:
             raise ValueError(f"capsule_predict: registers=True takes K <= {PREDICT_KMAX}, got K={k}")
@@ -123,27 +137,44 @@ def capsule_predict(u, W, runner=None, threads: int = DEFAULT_THREADS, registers
     return out
 
 
-def capsule_grad(g, u, W, runner=None, threads: int = GRAD_THREADS, registers: bool | None = None,
+def capsule_grad(g, u, W, runner=None, threads: int | None = None, registers: bool | None = None,
                  tile_rows: int | None = None):
-    """Both adjoints of the prediction in one pass over g: (grad_u (B,I,K), grad_W (I,J,D,K)).
+    """Both adjoints of the prediction: (grad_u (B,I,K), grad_W (I,J,D,K)).
 
     g (B,I,J,D), u (B,I,K), W (I,J,D,K). One block per input capsule, fixed-order loops over b:
-    deterministic. ``registers`` (default: where :func:`grad_registers_plan` allows, K <= GRAD_KMAX):
-    tiles of ``tile_rows`` rows of g in shared memory, grad_u's and grad_W's sums in registers
-    (capsule.cu: grad_registers; its block size follows from the shapes). Otherwise W[i] and its
-    gradient in shared memory, ``threads`` per block."""
+    deterministic. ``registers=True`` (where :func:`grad_registers_plan` allows, K <= GRAD_KMAX):
+    one pass over g in tiles of ``tile_rows`` rows in shared memory, grad_u's and grad_W's sums in
+    registers (capsule.cu: grad_registers; its block size follows from the shapes). ``registers=False``:
+    one pass with W[i] and its gradient in shared memory, ``threads`` per block (default GRAD_THREADS).
+    With ``registers``, ``threads`` and ``tile_rows`` left at None the variant (tune.KERNELS
+    "capsule_grad": one pass in registers, split into capsule_grad_u and capsule_grad_w, or one pass
+    in shared memory) is the one measured fastest on this GPU for these shapes, or the fixed
+    default (one pass in registers where it can run) where nothing is measured (see tune.py)."""
     xp, (g, u, W) = prepare("capsule_grad", {"g": g, "u": u, "W": W}, {"g": 4, "u": 3, "W": 4})
     b, i, j, d, k = _sizes("capsule_grad", u.shape, W.shape)
     if g.shape != (b, i, j, d):
         raise ValueError(f"capsule_grad: g of shape {tuple(g.shape)} does not fit u {tuple(u.shape)} and W {tuple(W.shape)}")
+    if threads is not None and threads % 32:
+        raise ValueError(f"capsule_grad: threads must be a multiple of 32 (whole warps), got {threads}")
+    if registers is None and threads is None and tile_rows is None and b and g.size and W.size:
+        runner = runner or default_runner([g])
+        vec = bool((j * d) % vector_width(u.dtype) == 0 and aligned(g))
+        candidates = {"split": lambda run: (capsule_grad_u(g, W, run), capsule_grad_w(g, u, run))}
+        if grad_registers_plan(W.shape, u.dtype, vec) or grad_registers_plan(W.shape, u.dtype, False):
+            candidates["one-pass"] = lambda run: capsule_grad(g, u, W, run, registers=True)
+        if grad_fits(W.shape, u.dtype):
+            candidates["shared"] = lambda run: capsule_grad(g, u, W, run, GRAD_THREADS, registers=False)
+        variant = tune.choose("capsule_grad", g, (u.shape, W.shape), candidates, runner)
+        if variant == "split":
+            return capsule_grad_u(g, W, runner), capsule_grad_w(g, u, runner)
+        registers = variant == "one-pass"
+    threads = threads or GRAD_THREADS
     grad_u = empty_like_output(xp, u.shape, u.dtype, like=u)
     grad_w = empty_like_output(xp, W.shape, u.dtype, like=u)
     if grad_w.size == 0 or b == 0:
         grad_u[...] = 0
         grad_w[...] = 0
         return grad_u, grad_w
-    if threads % 32:
-        raise ValueError(f"capsule_grad: threads must be a multiple of 32 (whole warps), got {threads}")
     runner = runner or default_runner([g])
     vec = bool((j * d) % vector_width(u.dtype) == 0 and aligned(g))
     plan = None

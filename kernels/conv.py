@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import tune
 from .launch import (DEFAULT_THREADS, MAX_BLOCKS, MAX_GRID_DIM, MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, KernelLaunch,
                      aligned, block_limit, check_int32, default_runner, empty_like_output, grid_for, i32, prepare,
                      suffix)
@@ -55,23 +56,54 @@ def _kernel_name(op, dtype, sizes, index_bits):
     return f"{op}_i32_{suffix(dtype)}" if use_32 else f"{op}_{suffix(dtype)}"
 
 
-def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: int = DEFAULT_THREADS,
-           index_bits: int | None = None, by_rows: bool = True, planes: bool = True):
+IM2COL_VARIANTS = {"planes": (True, True), "rows": (True, False), "elements": (False, False)}  # (by_rows, planes)
+
+
+def _im2col_variants(x_shape, kernel_hw, out_hw, dtype, columns: int, rows: int, batch_last: bool, threads: int,
+                     blocks: int, x_size: int) -> list:
+    """The im2col variants that can run for these sizes (tune.KERNELS "im2col"), in its order."""
+    possible = ["elements"]
+    if batch_last or columns >= INT32_LIMIT:
+        return possible
+    overshoot = MAX_BLOCKS * MAX_THREADS_PER_BLOCK * ROW_COLUMNS_PER_THREAD  # a column index plus one grid stride
+    if rows <= min(MAX_GRID_DIM[1], blocks) and columns + overshoot < INT32_LIMIT and x_size < INT32_LIMIT:
+        possible.insert(0, "rows")
+    if planes_plan(x_shape, kernel_hw, out_hw, dtype, threads) is not None:
+        possible.insert(0, "planes")
+    return possible
+
+
+def im2col(x, kernel, stride, padding, batch_last: bool, runner=None, threads: int | None = None,
+           index_bits: int | None = None, by_rows: bool | None = None, planes: bool | None = None):
     """x (N, C, H, W) -> col (C*kh*kw, N*OH*OW); columns (oy, ox, n) if ``batch_last`` else (n, oy, ox).
 
     ``kernel``, ``stride`` and ``padding`` are (h, w) pairs; ``index_bits`` forces 32- or 64-bit
     index math (None: 32 where the sizes allow). For (n, oy, ox) columns ``im2col_planes`` serves
     where an image plane fits shared memory (``planes=False``: not), then ``im2col_rows``;
     ``by_rows=False`` forces the one-element-per-thread kernel instead of both (see im2col.cu).
-    Returns the new array.
+    ``threads`` per block (default 256). With ``threads``, ``index_bits``, ``by_rows`` and ``planes``
+    all None the kernel is the one measured fastest on this GPU for these shapes (tune.KERNELS
+    "im2col"), else the first of planes, rows, elements that can run. Returns the new array.
     """
     xp, (x,) = prepare("im2col", {"x": x}, {"x": 4})
     geometry = _geometry("im2col", x.shape, kernel, stride, padding)
     n, c, _, _, kh, kw, _, _, _, _, oh, ow = geometry
     col = empty_like_output(xp, (c * kh * kw, n * oh * ow), x.dtype, like=x)
+    tunable = threads is None and index_bits is None and by_rows is None and planes is None
+    threads = threads or DEFAULT_THREADS
+    by_rows = True if by_rows is None else by_rows
+    planes = True if planes is None else planes
     if col.size:
         runner = runner or default_runner([x])
         rows, columns = col.shape
+        if tunable:
+            possible = _im2col_variants(x.shape, (kh, kw), (oh, ow), x.dtype, columns, rows, batch_last, threads,
+                                        block_limit(runner), x.size)
+            candidates = {name: (lambda run, by_rows=IM2COL_VARIANTS[name][0], planes=IM2COL_VARIANTS[name][1]:
+                                 im2col(x, kernel, stride, padding, batch_last, run, DEFAULT_THREADS, None, by_rows,
+                                        planes)) for name in possible}
+            shapes = (x.shape, tuple(kernel), tuple(stride), tuple(padding), bool(batch_last))
+            by_rows, planes = IM2COL_VARIANTS[tune.choose("im2col", x, shapes, candidates, runner)]
         plan = planes_plan(x.shape, (kh, kw), (oh, ow), x.dtype, threads) \
             if planes and by_rows and not batch_last and index_bits != 64 and columns < INT32_LIMIT else None
         if plan is not None:

@@ -90,11 +90,25 @@ def matmul(a, b, out=None):
         return out
     standin = getattr(cupy.cuda, "standin_cublas", None)
     if standin is not None:
-        standin.matmul(a, b, out, _precision)
+        standin.matmul(a, b, out, _precision, workspace=workspace(cupy))
         return out
     a_layout, b_layout = _layout(cupy, a), _layout(cupy, b)
     _Cublas.for_current_device().gemm(a_layout, b_layout, out)
     return out
+
+
+_workspaces = {}  # GPU index -> the workspace every cuBLAS call on it is given
+_workspace_lock = threading.Lock()
+
+
+def workspace(cupy):
+    """The current GPU's cuBLAS workspace (WORKSPACE_BYTES), made at its first product and kept for the
+    process: a captured graph's products use it at every replay, so it never goes back to the device."""
+    device = cupy.cuda.Device().id
+    with _workspace_lock:
+        if device not in _workspaces:
+            _workspaces[device] = cupy.empty(WORKSPACE_BYTES, dtype=np.uint8)
+        return _workspaces[device]
 
 
 def _layout(cupy, x):
@@ -149,7 +163,7 @@ class _Cublas:
         self.lib = self._library()
         self.handle = ctypes.c_void_p()
         _check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
-        self.workspace = cupy.empty(WORKSPACE_BYTES, dtype=np.uint8)  # lives as long as the handle
+        self.workspace = workspace(cupy)
         self.one = {np.dtype(np.float32): ctypes.c_float(1.0), np.dtype(np.float64): ctypes.c_double(1.0)}
         self.zero = {np.dtype(np.float32): ctypes.c_float(0.0), np.dtype(np.float64): ctypes.c_double(0.0)}
 

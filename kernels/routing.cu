@@ -251,10 +251,11 @@ __device__ void routing_forward_impl(const T* __restrict__ u_hat, T* __restrict_
 //   (C) c = softmax over J (to c_out if write_c: the last launch only);
 //   (D) thread (r, q) adds c * u_hat of rows r, r + R, ... of the tile to its running sum.
 // Then the block adds its R thread rows in order into partial[b, slice, :] and takes a ticket from
-// counters[b]; the block that draws the last ticket (S - 1), whichever it is, adds the S partial
-// sums in slice order 0, 1, ..., S - 1 and squashes them into v_next[b]. Every sum has a fixed
-// order, so the result is bitwise the same whatever order the blocks run or arrive in; the
-// counter only decides which block does the last step. No block ever waits for another.
+// counters[b]; the block that draws the last ticket (S - 1), whichever it is, sets counters[b]
+// back to 0, adds the S partial sums in slice order 0, 1, ..., S - 1 and squashes them into
+// v_next[b]. Every sum has a fixed order, so the result is bitwise the same whatever order the
+// blocks run or arrive in; the counter only decides which block does the last step. No block ever
+// waits for another, and the same launch replayed (a CUDA graph, a timing loop) computes the same.
 template <typename T, typename V, int width>
 __device__ void forward_sliced(const T* __restrict__ u_hat, const T* __restrict__ v_prev, T* __restrict__ v_next,
                                T* __restrict__ logits, T* __restrict__ c_out, T* __restrict__ partial,
@@ -344,6 +345,9 @@ __device__ void forward_sliced(const T* __restrict__ u_hat, const T* __restrict_
         __syncthreads();
         if (last_block) {  // the same for every thread of the block
             __threadfence();
+            // every block of example b has drawn its ticket: the counter starts again from 0, so a
+            // replay of this very launch (a CUDA graph, a timing loop) draws tickets as the first did
+            if (threadIdx.x == 0) counters[b] = 0u;
             T* s_s = tile;  // (J*D): s[b], the tile is free
             const T* column = partial + (long long)b * S * jd_count;
             for (int e = threadIdx.x; e < jd_count; e += blockDim.x) {

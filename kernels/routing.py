@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 
+from . import tune
 from .device import device_context, multiprocessor_count
 from .launch import DEFAULT_THREADS, MAX_BLOCKS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
     default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
@@ -83,18 +84,30 @@ def agreement_fits(u_hat_shape, dtype) -> bool:
     return fits_shared_memory(j * d, dtype)
 
 
-def routing_agreement(u_hat, v, runner=None, threads: int = DEFAULT_THREADS):
+AGREEMENT_VARIANTS = {"threads-256": 256, "threads-128": 128, "threads-512": 512}  # tune.KERNELS' block sizes
+
+
+def routing_agreement(u_hat, v, runner=None, threads: int | None = None):
     """a[b,i,j] = sum_d u_hat[b,i,j,d] v[b,j,d]: u_hat (B,I,J,D), v (B,J,D) -> (B,I,J).
 
     Tiles of rows of one example, v[b] in shared memory. Vector path (D a multiple of 4 floats or
     2 doubles, D/4 or D/2 a power of two up to 32, u_hat aligned): the tile's vectors as one flat
     run, 32 neighbouring vectors per warp step, shuffles within each (i, j). Else one warp per
-    (b, i) row, a shuffle reduction per j."""
+    (b, i) row, a shuffle reduction per j. ``threads`` per block; None: the block size measured
+    fastest on this GPU for these shapes (tune.KERNELS "routing_agreement"), else 256."""
     xp, (u_hat, v) = prepare("routing_agreement", {"u_hat": u_hat, "v": v}, {"u_hat": 4, "v": 3})
     b, i, j, d = u_hat.shape
     if v.shape != (b, j, d):
         raise ValueError(f"routing_agreement: v of shape {tuple(v.shape)} does not fit u_hat of shape {tuple(u_hat.shape)}")
     check_int32("routing_agreement", B=b, I=i, J=j, D=d, BIJD=u_hat.size)
+    if threads is None:
+        if u_hat.size and d and agreement_fits(u_hat.shape, u_hat.dtype):
+            candidates = {name: (lambda run, t=t: routing_agreement(u_hat, v, run, t))
+                          for name, t in AGREEMENT_VARIANTS.items()}
+            threads = AGREEMENT_VARIANTS[tune.choose("routing_agreement", u_hat, (u_hat.shape,), candidates,
+                                                     runner or default_runner([u_hat]))]
+        else:
+            threads = DEFAULT_THREADS
     if threads % 32:
         raise ValueError(f"routing_agreement: threads must be a multiple of 32 (whole warps), got {threads}")
     a = empty_like_output(xp, (b, i, j), u_hat.dtype, like=u_hat)
@@ -233,7 +246,11 @@ def routing_forward(u_hat, iterations: int, eps: float = 1e-8, runner=None, thre
       overrides it; FORWARD_DEFAULT_SMS for NumPy arrays). So the split, and with it the last bits
       of a float32 result, depend on the batch, I and the GPU's SM count, never on the run.
 
-    Where the kernel chosen does not fit shared memory the other one runs (slices=None only)."""
+    Where the kernel chosen does not fit shared memory the other one runs (slices=None only).
+
+    With ``slices``, ``threads`` and ``sm_count`` all None, the split is the variant measured fastest
+    on this GPU for these shapes (tune.KERNELS "routing_forward": the heuristic's, one block, half or
+    twice the heuristic's slices), the heuristic's where nothing is measured (see tune.py)."""
     xp, (u_hat,) = prepare("routing_forward", {"u_hat": u_hat}, {"u_hat": 4})
     if iterations < 1:
         raise ValueError(f"routing_forward: iterations must be >= 1, got {iterations}")
@@ -247,6 +264,8 @@ def routing_forward(u_hat, iterations: int, eps: float = 1e-8, runner=None, thre
     if slices is not None and slices < 0:
         raise ValueError(f"routing_forward: slices must be None, SINGLE_BLOCK (0) or >= 1, got {slices}")
     runner = runner or default_runner([u_hat])
+    if slices is None and threads is None and sm_count is None:
+        slices = _tuned_forward_slices(u_hat, iterations, eps, runner)
     width = vector_width(u_hat.dtype)
     vec = d % width == 0 and aligned(u_hat)
     single_fits = fits_shared_memory(forward_shared_values(j, d, threads or FORWARD_THREADS), u_hat.dtype)
@@ -283,6 +302,23 @@ def routing_forward(u_hat, iterations: int, eps: float = 1e-8, runner=None, thre
                                    threads or FORWARD_SLICED_THREADS)
 
 
+def _tuned_forward_slices(u_hat, iterations, eps, runner):
+    """routing_forward's ``slices`` from tune.choose: None (the heuristic), SINGLE_BLOCK or a count."""
+    b, i, j, d = u_hat.shape
+    sms = multiprocessor_count(u_hat, FORWARD_DEFAULT_SMS)
+    base = forward_slices(b, i, sms)
+    counts = {"heuristic": None, "half-slices": max(1, base // 2), "double-slices": min(i, 2 * base)}
+    if fits_shared_memory(forward_shared_values(j, d), u_hat.dtype):
+        counts["one-block"] = SINGLE_BLOCK
+    candidates = {}
+    for name, count in counts.items():
+        if count is None:
+            candidates[name] = lambda run: routing_forward(u_hat, iterations, eps, run, sm_count=sms)
+        elif count == SINGLE_BLOCK or (count != base and sliced_plan(u_hat.shape, u_hat.dtype, count) is not None):
+            candidates[name] = lambda run, count=count: routing_forward(u_hat, iterations, eps, run, slices=count)
+    return counts[tune.choose("routing_forward", u_hat, (u_hat.shape, iterations), candidates, runner)]
+
+
 def _routing_forward_sliced(xp, u_hat, v, c, logits, iterations, eps_scalar, plan, vec, runner, threads):
     """One launch of routing_forward_sliced per iteration (see routing.cu); v of iteration k is
     written to one of two buffers, read by launch k+1; the logits are updated in place."""
@@ -295,7 +331,7 @@ def _routing_forward_sliced(xp, u_hat, v, c, logits, iterations, eps_scalar, pla
             raise ValueError(f"routing_forward: J*D = {j * d} values per example do not fit shared memory with "
                              f"{threads} threads")
     with device_context(u_hat):
-        counters = xp.zeros((iterations, b), dtype=np.uint32)  # one row of tickets per launch
+        counters = xp.zeros((iterations, b), dtype=np.uint32)  # one row of tickets per launch (set back to 0 by it)
     buffers = [v] + ([empty_like_output(xp, (b, j, d), u_hat.dtype, like=u_hat)] if iterations > 1 else [])
     grid = (min(b * plan.slices, block_limit(runner)),)
     kernel = f"routing_forward_sliced_{suffix(u_hat.dtype)}"

@@ -178,6 +178,11 @@ class CapturedStep:
         """Wait until every step issued so far has run."""
         self.stream.synchronize()
 
+    def __del__(self):
+        # A CapturedStep dropped without close(): its graph goes before the buffers it replays on
+        # (the static inputs, what fn holds), which the attributes' own order would free first.
+        self.graph = None
+
     def close(self) -> None:
         """Wait for the steps issued, drop the graph and give its pool's memory back to the device
         (what arrays made during the capture still hold, such as the gradients, when they go)."""

@@ -75,6 +75,29 @@ def test_train_step_prints_its_table_with_the_goals_on_the_cpu():
     assert "nan" not in done.stdout
 
 
+def test_train_step_isolated_a_crashing_variant_costs_its_own_cell(tmp_path):
+    """--isolate: each variant's first steps in a process of its own; one that crashes (here ours
+    eager at B=2, made to abort as a device-side assert would) costs that cell, with the reason; the
+    other batch is timed; what was gathered is written after each stage (--partial-json)."""
+    partial = tmp_path / "partial.json"
+    done = subprocess.run([sys.executable, "train_step.py", "--batch", "2", "3", "--repeat", "1", "--isolate",
+                           "--torch-variants", "eager", "--partial-json", str(partial), "--json"],
+                          cwd=BENCHMARKS, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TRAIN_STEP_FAIL="ours-eager@2"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = last_json(done.stdout)
+    assert result["info"]["isolated"] is True
+    first, second = result["rows"]
+    assert "ours_s" not in first
+    assert first["variants"]["ours-eager"]["skipped"].startswith("its first steps crashed (SIGABRT) in a process of "
+                                                                 "its own: ") and "index out of bounds" in \
+        first["variants"]["ours-eager"]["skipped"]
+    assert second["ours_s"] > 0 and second["variants"]["ours-eager"]["s"] == second["ours_s"]
+    if HAS_TORCH:  # PyTorch eager survived at both batches
+        assert first["variants"]["torch-eager"]["s"] > 0 and second["variants"]["torch-eager"]["s"] > 0
+    assert json.loads(partial.read_text())["rows"] == result["rows"]
+
+
 @pytest.mark.skipif(tc.gpu_available(), reason="checks the answer on a machine without a GPU")
 def test_the_kernel_self_test_says_when_there_is_no_gpu():
     done = subprocess.run([sys.executable, "-m", "tinygrad_caps.kernels.checking.selftest", "--small"], capture_output=True,

@@ -65,7 +65,8 @@ def run_check(tmp_path, gpu_steps, budget, with_data=False, **env):
         (data / "fashion-mnist").mkdir(parents=True)
         (data / "fashion-mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"")
     env = dict(os.environ, PYTHON=str(stand_in), GPU_STEPS=gpu_steps, GPU_CHECK_BUDGET_S=str(budget),
-               COMPUTE_SANITIZER=str(sanitizer), GPU_CHECK_DATA_DIR=str(data), **env)
+               COMPUTE_SANITIZER=str(sanitizer), GPU_CHECK_DATA_DIR=str(data),
+               GPU_CHECK_HISTORY_DIR=str(tmp_path / "history"), **env)
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=120)
     return result, out
@@ -166,7 +167,8 @@ def test_the_training_step_is_measured_against_pytorchs_best_within_a_compile_bu
     result, out = run_check(tmp_path, "passing", 480, TRAIN_STEP_JSON=str(step_json), CALLS=str(calls),
                             GPU_CHECK_TORCH_COMPILE_S="60")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "--torch-compile-budget 60 --json" in calls.read_text()
+    call = calls.read_text()
+    assert "--torch-variants eager graph compile-reduce-overhead --torch-compile-budget 60 --partial-json" in call
     assert "train-step-cuda (at most 210s)" in result.stdout  # the compile budget and 150 s for the rest
     (figures,) = json.loads((out / "gpu_summary.json").read_text())["figures"]["train_step_ms"]
     assert figures["ours_captured"] == 2.0 and figures["ratio_to_pytorch"] == 0.25
@@ -177,3 +179,65 @@ def test_the_training_step_is_measured_against_pytorchs_best_within_a_compile_bu
     assert figures["skipped"]["torch-compile-max-autotune"].startswith("the 60 s compile budget")
     assert figures["memory_mib"]["ours_captured"] == 105.0 and figures["memory_captured_to_eager"] == 1.05
     assert figures["gflop_per_step"] == 38.4 and figures["ours_fraction_of_peak"] == 0.05
+
+
+def passing_step_json(tmp_path, ours_captured_s=0.002):
+    """A train_step.py JSON of one row (B=32, high) with every figure gpu_check gathers."""
+    row = {"batch": 32, "precision": "high", "ours_s": 0.01, "ours_graph_s": ours_captured_s, "torch_s": 0.008,
+           "graph_max_rel_diff": 0.0, "ratio": 0.25,
+           "variants": {"ours-eager": {"s": 0.01}, "ours-captured": {"s": ours_captured_s, "fraction_of_peak": 0.05},
+                        "torch-eager": {"s": 0.008}, "torch-graph": {"skipped": "its first steps crashed (SIGABRT)"}},
+           "goal": {"ours": "ours-captured", "fastest_torch": "torch-eager", "ratio": ours_captured_s / 0.008},
+           "memory": {}, "cost": {}}
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps({"info": {}, "rows": [row]}, indent=2) + "\n")
+    return path
+
+
+def test_an_unknown_profile_is_refused_before_any_work(tmp_path):
+    result, out = run_check(tmp_path, "passing", 480, GPU_CHECK_PROFILE="thorough")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == ["gpu_check.sh: GPU_CHECK_PROFILE must be quick or full, got 'thorough'"]
+    assert not out.exists()
+
+
+def test_the_quick_profile_runs_its_steps_within_three_minutes(tmp_path):
+    calls = tmp_path / "calls.txt"
+    result, out = run_check(tmp_path, "passing", "", GPU_CHECK_PROFILE="quick", CALLS=str(calls))  # its own budget
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    assert summary["profile"] == "quick" and summary["budget_s"] == 180 and summary["passed"] is True
+    # our step against PyTorch eager and its CUDA graph at B=100, both precisions (train_step.py's default)
+    call = calls.read_text()
+    assert "--batch 100 --repeat 3 --torch-variants eager graph --partial-json" in call and "compile" not in call
+    assert summary["gpu_tests"] == "5 tests, 0 skipped" and summary["gpu_tests_nccl"] is None
+    assert summary["sanitizers"] == {"memcheck": None, "racecheck": None}
+    assert "first-epoch" not in result.stdout and "epoch-fashion-mnist" not in result.stdout
+    assert "routing-speed (at most 45s)" in result.stdout
+    assert "history" in summary  # compared with the history, as the full check is
+
+
+def test_every_run_is_kept_in_the_history_and_compared_with_the_last_of_its_gpu_model(tmp_path):
+    history = tmp_path / "history"
+    history.mkdir()
+    earlier = {"format": 1, "date": "2026-11-28", "gpu": "Stand-in GPU", "gpu_model": "stand-in-gpu",
+               "transcribed": None, "versions": {}, "figures": {
+                   "step B=32 high: ours captured (ms)": {"value": 1.5, "unit": "ms", "better": "lower"},
+                   "step B=32 high: ours eager (ms)": {"value": 10.5, "unit": "ms", "better": "lower"}}}
+    (history / "2026-11-28-stand-in-gpu.json").write_text(json.dumps(earlier))
+    other = dict(earlier, gpu="Other GPU", gpu_model="other-gpu", date="2026-11-29")
+    (history / "2026-11-29-other-gpu.json").write_text(json.dumps(other))
+    result, out = run_check(tmp_path, "passing", 480, TRAIN_STEP_JSON=str(passing_step_json(tmp_path)))
+    assert result.returncode == 0, result.stdout + result.stderr  # a regression is flagged, not failed
+    summary = json.loads((out / "gpu_summary.json").read_text())
+    section = summary["history"]
+    assert section["against"].endswith("2026-11-28-stand-in-gpu.json")  # the same model, not the newer other
+    assert section["regressions"] == ["step B=32 high: ours captured (ms)"]  # 2.0 ms against 1.5 ms: +33%
+    assert any("REGRESSION" in line for line in section["lines"]) and "1 regression beyond 10%" in result.stdout
+    (written,) = [p for p in history.glob("*stand-in-gpu*.json") if p.name != "2026-11-28-stand-in-gpu.json"]
+    record = json.loads(written.read_text())
+    assert record["gpu"] == "Stand-in GPU" and record["transcribed"] is None
+    assert record["figures"]["step B=32 high: ours captured (ms)"]["value"] == 2.0
+    assert record["figures"]["step B=32 high: PyTorch CUDA graph (ms)"] == {
+        "value": None, "unit": "ms", "better": None, "note": "its first steps crashed (SIGABRT)"}
+    assert (out / f"history-{written.name}").read_text() == written.read_text()  # comes back with the summary

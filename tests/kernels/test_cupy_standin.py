@@ -63,6 +63,15 @@ def test_routing_speed_gpu_branches_run_on_the_stand_in():
     for name, kernel in kernels.items():
         assert kernel["kernel_seconds"] > 0 and kernel["op_seconds"] > 0 and kernel["launches"] >= 1, (name, kernel)
         assert kernel["bytes"] > 0 and kernel["fraction_of_copy_bandwidth"] > 0, (name, kernel)
+        # beside each kernel its variant: the fixed default of a kernel with variants (the stand-in's
+        # runs measure nothing), the one the row forces, or none to choose
+        if "forced" in name:
+            assert kernel["variant"] == "forced", (name, kernel)
+        elif name.split(" (")[0] in ("capsule_predict", "capsule_grad", "routing_agreement", "routing_forward", "im2col"):
+            assert kernel["variant_how"].startswith("default"), (name, kernel)
+        else:
+            assert kernel["variant_how"] == "one variant", (name, kernel)
+    assert kernels["capsule_predict"]["variant"] == "shared" and kernels["im2col (PrimaryCaps)"]["variant"] == "planes"
 
 
 def test_training_on_the_second_gpu_equals_the_cpu(tmp_path):

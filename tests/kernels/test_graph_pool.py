@@ -29,6 +29,24 @@ def test_a_captured_capsnet_step_needs_at_most_1_1x_the_eager_peak_on_the_stand_
     assert figures["captured_bytes"] <= 1.1 * figures["eager_peak_bytes"]
 
 
+def test_a_buffer_freed_under_a_live_graph_is_caught_on_the_stand_in():
+    """The stand-in records every buffer a capture touches and sees each way one can go back to the
+    device while its graph lives (the pool given back, a default-pool array dying, cuBLAS's workspace
+    let go), and nothing when the graph goes first."""
+    assert run_standin([str(SUPPORT / "graph_pool_scenarios.py"),
+                        "freeing_a_buffer_a_live_graph_uses_is_caught"]).split() == ["ok"]
+
+
+@NEEDS_GXX
+@pytest.mark.slow
+def test_no_buffer_of_a_captured_step_is_freed_while_its_graph_lives():
+    """A captured CapsNet step amid what train_step.py does in the same process (another capture
+    dropped without close, CuPy's pool emptied, eager steps, a second capture, a peak measured):
+    its pool, parameters, Adam's state, static inputs and cuBLAS workspace all stay allocated."""
+    assert run_standin([str(SUPPORT / "graph_pool_scenarios.py"),
+                        "a_captured_step_keeps_every_buffer_it_uses"]).split() == ["ok"]
+
+
 @pytest.mark.gpu
 def test_a_captured_capsnet_step_needs_at_most_1_1x_the_eager_peak_on_the_gpu():
     """The paper's CapsNet (B=16) on the GPU: the graph's pool against the eager step's peak (without

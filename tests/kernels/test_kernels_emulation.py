@@ -42,7 +42,7 @@ def test_capsule_kernels_equal_numpy(emulator, shape, dtype):
     np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, threads), np.einsum("ijdk,bik->bijd", w, u), **tolerance(dtype))
     np.testing.assert_allclose(capsule.capsule_grad_u(g, w, emulator, threads), np.einsum("ijdk,bijd->bik", w, g), **tolerance(dtype))
     np.testing.assert_allclose(capsule.capsule_grad_w(g, u, emulator, threads), np.einsum("bijd,bik->ijdk", g, u), **tolerance(dtype))
-    for registers in (None, False):  # K <= 8: the register kernels, and the shared-memory ones they replace
+    for registers in (True, False):  # K <= 8: the register kernels, and the shared-memory ones
         np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, threads, registers=registers),
                                    np.einsum("ijdk,bik->bijd", w, u), **tolerance(dtype))
         grad_u, grad_w = capsule.capsule_grad(g, u, w, emulator, registers=registers)  # both adjoints in one pass
@@ -68,7 +68,7 @@ def test_capsule_register_kernels_over_chunks_and_tiles(emulator, monkeypatch, c
     u, w = rng.standard_normal((b, i, k)).astype(dtype), rng.standard_normal((i, j, d, k)).astype(dtype)
     g = rng.standard_normal((b, i, j, d)).astype(dtype)
     monkeypatch.setattr(capsule, "PREDICT_ROWS_PER_THREAD", 1)  # as many chunks as B allows
-    predicted = capsule.capsule_predict(u, w, emulator, threads)
+    predicted = capsule.capsule_predict(u, w, emulator, threads, registers=k <= capsule.PREDICT_KMAX)
     np.testing.assert_allclose(predicted, np.einsum("ijdk,bik->bijd", w, u), **tolerance(dtype))
     kernel, grid, block, _ = emulator.launches[-1]
     assert kernel.startswith("capsule_predict_shared" if k > 8 else "capsule_predict_f")
@@ -228,6 +228,27 @@ def test_routing_forward_chooses_slices_from_the_batch_i_and_the_sm_count():
     assert (routing.sliced_plan((1, 10, 4, 4), f32, 3).slices, routing.sliced_plan((1, 10, 4, 4), f32, 3).rows_per_slice) \
         == (3, 4)
     assert routing.sliced_plan((1, 2, 2, 7000), np.float64, 1) is None  # one staged row is over 48 KiB
+
+
+def test_the_sliced_routing_forward_replayed_computes_the_same(emulator):
+    """Its launches replayed as recorded (as a CUDA graph or a timing loop replays them, without the
+    launcher's fresh zeroed counters): each launch's last blocks set the ticket counters back to 0."""
+    u_hat = np.random.default_rng(4).standard_normal((3, 70, 3, 4)).astype(np.float32)
+    records = []
+
+    def recording(launch):
+        records.append(launch)
+        emulator(launch)
+
+    v, c, logits = (a.copy() for a in routing.routing_forward(u_hat, 3, 1e-8, recording, slices=4))
+    assert {launch.kernel for launch in records} == {"routing_forward_sliced_f32"} and len(records) == 3
+    for _ in range(2):
+        for launch in records:
+            emulator(launch)
+        np.testing.assert_array_equal(records[-1].args[2], v)  # v_next of the last launch: v
+        np.testing.assert_array_equal(records[-1].args[4], c)
+        np.testing.assert_array_equal(records[-1].args[3], logits)
+        assert not records[-1].args[6].any()  # the counters are back at 0
 
 
 def test_routing_forward_asks_the_gpu_for_its_sm_count(emulator, monkeypatch):

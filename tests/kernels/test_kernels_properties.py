@@ -42,7 +42,8 @@ def test_capsule_kernels_over_generated_shapes(b, i, j, d, k, dtype, threads, ma
     u, w = rng.standard_normal((b, i, k)).astype(dtype), rng.standard_normal((i, j, d, k)).astype(dtype)
     g = rng.standard_normal((b, i, j, d)).astype(dtype)
     run = emulator(max_blocks)
-    close(capsule.capsule_predict(u, w, run, threads, registers=registers), np.einsum("ijdk,bik->bijd", w, u), dtype)
+    in_registers = k <= capsule.PREDICT_KMAX if registers is None else registers  # None: registers where K allows
+    close(capsule.capsule_predict(u, w, run, threads, registers=in_registers), np.einsum("ijdk,bik->bijd", w, u), dtype)
     grad_u, grad_w = capsule.capsule_grad(g, u, w, run, threads, registers=registers, tile_rows=tile_rows)
     close(grad_u, np.einsum("ijdk,bijd->bik", w, g), dtype)
     close(grad_w, np.einsum("bijd,bik->ijdk", g, u), dtype)

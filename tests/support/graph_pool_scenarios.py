@@ -133,8 +133,133 @@ def a_captured_capsnet_step_needs_about_the_eager_peak(_):
     print("ok")
 
 
+def freeing_a_buffer_a_live_graph_uses_is_caught(_):
+    """The stand-in's record of buffers freed while a graph that uses them lives
+    (``cupy.cuda.standin_freed_graph_buffers``) sees each way such a buffer goes: its pool given back
+    under the live graph, a default-pool array the graph wrote dying after the capture, a default-pool
+    temporary dying within the capture; and none once the graph is gone first (as ``close`` does)."""
+    import gc
+
+    import cupy
+    from tinygrad_caps.graph_pool import GraphPool
+
+    def capture(pool=None):
+        stream = cupy.cuda.Stream(non_blocking=True)
+        a = cupy.arange(8, dtype=cupy.float32)
+        with stream, (pool.allocating() if pool is not None else cupy.cuda.using_allocator(None)):
+            stream.begin_capture()
+            t = a * 2          # a temporary, gone before the capture ends
+            b = t + 1
+            del t
+            graph = stream.end_capture()
+        return graph, a, b
+
+    freed = cupy.cuda.standin_freed_graph_buffers
+    pool = GraphPool("cuda")
+    graph, a, b = capture(pool)
+    assert freed() == []                       # the temporary's memory stayed with the graph's pool
+    del b
+    pool.release()                             # ... which gives it back under the live graph
+    messages = freed()
+    assert len(messages) == 2 and all("went back to the device while the graph lives" in m for m in messages), messages
+    cupy.cuda.standin_forget_freed_graph_buffers()
+
+    graph, a, b = capture()                    # the default pool: its temporary went back in the capture
+    assert len(freed()) == 1 and "during its capture" in freed()[0], freed()
+    del b
+    gc.collect()
+    assert len(freed()) == 2 and "while the graph lives" in freed()[1], freed()
+    cupy.cuda.standin_forget_freed_graph_buffers()
+
+    pool = GraphPool("cuda")
+    graph, a, b = capture(pool)
+    del graph, b                               # the graph first, then its memory: nothing to report
+    pool.release()
+    gc.collect()
+    assert freed() == [], freed()
+
+    from tinygrad_caps.kernels import gemm
+
+    stream, pool = cupy.cuda.Stream(non_blocking=True), GraphPool("cuda")
+    x = cupy.ones((3, 3), dtype=cupy.float32)
+    gemm.matmul(x, x)                          # the workspace is made outside the capture, as in a warm-up
+    with stream, pool.allocating():
+        stream.begin_capture()
+        y = gemm.matmul(x, x)
+        graph = stream.end_capture()
+    gemm._workspaces.clear()                   # cuBLAS's workspace let go under the graph
+    gc.collect()
+    assert len(freed()) == 1 and "cublasGemmEx" in freed()[0] and "uint8" in freed()[0], freed()
+    cupy.cuda.standin_forget_freed_graph_buffers()
+    print("ok")
+
+
+def a_captured_step_keeps_every_buffer_it_uses(_):
+    """A captured CapsNet step, with what benchmarks/train_step.py does around its graphs in one
+    process: another captured step built and dropped without close (graph_matches_eager), CuPy's
+    default pool emptied, eager steps of another model, a second capture (which empties the default
+    pool again), an eager step's peak measured with its gradients dropped, arrays made and freed.
+    No buffer the live graph reads or writes (its pool, the parameters, Adam's state, the static
+    inputs, cuBLAS's workspace) goes back to the device while it lives, and its replays still give
+    the eager step's weights."""
+    import gc
+
+    import cupy
+    from tinygrad_caps import graph_pool
+    from tinygrad_caps.cuda_graphs import CapturedStep
+
+    freed = cupy.cuda.standin_freed_graph_buffers
+    rng = np.random.default_rng(0)
+    batches = [(rng.random((4, 1, 10, 10), dtype=np.float32), rng.integers(0, 3, 4)) for _ in range(2)]
+
+    def captured(steps):
+        model, optimizer, step, x, y, losses = _capsnet(batches)
+        runner = CapturedStep(step, [x, y], warmup=2)
+        for k in range(steps):
+            runner(*batches[k % 2])
+        runner.synchronize()
+        return model, optimizer, runner
+
+    _, _, dropped = captured(3)                # built and dropped without close, as graph_matches_eager does
+    del dropped
+    gc.collect()
+    model, optimizer, runner = captured(3)     # the graph that must keep its buffers from here on
+    cupy.get_default_memory_pool().free_all_blocks()
+    other, other_optimizer, other_step, *_ = _capsnet(batches)
+    other_step()
+    other_step()
+    _, _, second = captured(3)                 # its capture gives CuPy's cached blocks back to the device
+    other_optimizer.zero_grad()
+    graph_pool.step_peak_bytes(other_step, "cuda")
+    del other, other_optimizer, other_step
+    for size in (10, 1000, 100000):
+        junk = cupy.full(size, 7, dtype=cupy.int64)
+        del junk
+    gc.collect()
+    for k in range(3, 6):
+        runner(*batches[k % 2])
+    runner.synchronize()
+    assert freed() == [], freed()
+    eager, _, eager_step, x, y, _ = _capsnet(batches)
+    for k in range(6):
+        x.data[...] = cupy.asarray(batches[k % 2][0])
+        y.data[...] = cupy.asarray(batches[k % 2][1])
+        eager_step()
+    for (name, want), (_, got) in zip(eager.state_dict().items(), model.state_dict().items()):
+        np.testing.assert_allclose(tc.backend.to_numpy(got), tc.backend.to_numpy(want), rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
+    second.close()
+    runner.close()
+    optimizer.zero_grad()
+    gc.collect()
+    assert freed() == [], freed()
+    print("ok")
+
+
 SCENARIOS = {f.__name__: f for f in (a_capture_reuses_what_it_frees,
-                                     a_captured_capsnet_step_needs_about_the_eager_peak)}
+                                     a_captured_capsnet_step_needs_about_the_eager_peak,
+                                     freeing_a_buffer_a_live_graph_uses_is_caught,
+                                     a_captured_step_keeps_every_buffer_it_uses)}
 
 if __name__ == "__main__":  # NAME[,NAME...] [DIR]
     for name in sys.argv[1].split(","):

@@ -16,6 +16,9 @@ def launch_standin(command, devices=2, processes=1, cwd=ROOT, timeout=300):
     env.pop("TINYGRAD_CAPS_DEVICE", None)
     env.update(CUPY_STANDIN_DEVICES=str(devices), TINYGRAD_CAPS_REQUIRE_GPU="1",
                PYTHONPATH=os.pathsep.join([str(STANDIN), str(SUPPORT), str(ORACLES), os.environ.get("PYTHONPATH", "")]))
+    # Measuring kernel variants on the emulation would only slow the stand-in runs (and choose by the
+    # emulation's timings): off unless the caller turns it on; tuning_scenarios.py does, with its own cache.
+    env.setdefault("TINYGRAD_CAPS_KERNEL_TUNING", "off")
     launcher = mpirun_command(processes) if processes > 1 else []
     return run_with_group_timeout(launcher + command, timeout, cwd=cwd, env=env)
 

@@ -124,7 +124,7 @@ class Stream:
         capture.undo()
         if capture.invalid is not None:
             raise runtime.CUDARuntimeError(f"cudaErrorStreamCaptureInvalidated: {capture.invalid}")
-        return Graph(capture.nodes, self.device_id)
+        return Graph(capture.nodes, self.device_id, capture.watch)
 
     def wait_event(self, event):
         if not isinstance(event, Event):
@@ -236,6 +236,7 @@ class _BufferRef:
         while isinstance(owner.base, numpy.ndarray):
             owner = owner.base
         self.owner = weakref.ref(owner)
+        self.allocation = owner
         self.whole = array is owner
         self.view = (array.shape, array.dtype, array.ctypes.data - owner.ctypes.data, array.strides)
         self.nbytes = owner.nbytes
@@ -272,12 +273,30 @@ def _resolve(value, node):
     return value
 
 
+def _buffer_refs(value):
+    if isinstance(value, _BufferRef):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _buffer_refs(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _buffer_refs(v)
+
+
 class _Node:
     """One recorded step: ``function`` on recorded operands, its value written into ``result``."""
 
     def __init__(self, function, args, kwargs, result, name):
         self.function, self.args, self.kwargs, self.result = function, _refs(args), _refs(kwargs), _refs(result)
         self.name = name
+
+    def buffers(self):
+        """The allocations this step reads or writes (each once), handed over once: a step holds none."""
+        for ref in _buffer_refs((self.args, self.kwargs, self.result)):
+            owner, ref.allocation = ref.allocation, None
+            if owner is not None:
+                yield owner
 
     def replay(self):
         value = self.function(*_resolve(self.args, self), **_resolve(self.kwargs, self))
@@ -298,6 +317,7 @@ class _Capture:
 
     def __init__(self, device_id):
         self.nodes, self.invalid = [], None
+        self.watch = _GraphBuffers()
         with _pool_lock:
             owners = [a for a in _owners.values()]
         self.before = {id(a): (weakref.ref(a), a.copy()) for a in owners}
@@ -323,16 +343,22 @@ class _Capture:
         node = _Node(function, args, kwargs, result, name or getattr(function, "__name__", str(function)))
         node.index = len(self.nodes)
         self.nodes.append(node)
+        for owner in node.buffers():
+            self.watch.add(owner, node)
 
     def invalidate(self, why):
         self.invalid = self.invalid or why
 
 
 class Graph:
-    """A captured graph: ``launch`` re-runs its recorded steps in order, on the buffers they recorded."""
+    """A captured graph: ``launch`` re-runs its recorded steps in order, on the buffers they recorded.
+    While it lives, every buffer it recorded must stay allocated (``standin_freed_graph_buffers``)."""
 
-    def __init__(self, nodes, device_id):
+    def __init__(self, nodes, device_id, watch=None):
         self._nodes, self._device_id = nodes, device_id
+        self._watch = watch
+        if watch is not None:
+            watch.graph_made()
 
     def launch(self, stream=None):
         """Replay the graph on ``stream`` (default: the current one); on a stream other than the null
@@ -358,21 +384,80 @@ class Graph:
         return len(self._nodes)
 
 
+# ----- the buffers of live graphs -----
+_freed_graph_buffers = []  # one message per buffer freed to the device while a graph that uses it lived
+
+
+def standin_freed_graph_buffers() -> list:
+    """What was freed to the device while a captured graph that reads or writes it was alive (one
+    message each, oldest first): an array of the default pool that died (CuPy's pool hands its
+    memory to the next array that asks), an array of a pool of one's own whose memory the pool gave
+    back (``free_all_blocks``, or the pool itself gone). On a GPU each is memory that the next
+    replay reads or overwrites while it belongs to someone else (another array, another library)."""
+    return list(_freed_graph_buffers)
+
+
+def standin_forget_freed_graph_buffers() -> None:
+    """Empty the list ``standin_freed_graph_buffers`` returns."""
+    _freed_graph_buffers.clear()
+
+
+class _GraphBuffers:
+    """Every allocation one capture recorded, watched until its graph goes: a death of one (its
+    memory back with the device or the default pool) while the capture or its graph lives is
+    recorded. Frees during a capture count once the capture has become a graph (an abandoned
+    capture leaves no graph to replay)."""
+
+    def __init__(self):
+        self._watched = {}  # id(allocation) -> weak reference with a callback
+        self._pending = []
+        self._made = False
+
+    def add(self, owner, node) -> None:
+        known = self._watched.get(id(owner))
+        if known is not None and known() is owner:
+            return
+        me = weakref.ref(self)
+        what = (f"a buffer of {owner.nbytes} bytes ({owner.dtype}{list(owner.shape)}) that the graph's step "
+                f"#{node.index} ({node.name}) reads or writes")
+
+        def freed(_, me=me, what=what):
+            watch = me()
+            if watch is None:
+                return
+            if watch._made:
+                _freed_graph_buffers.append(f"{what} went back to the device while the graph lives")
+            else:
+                watch._pending.append(f"{what} went back to the device during its capture")
+
+        self._watched[id(owner)] = weakref.ref(owner, freed)
+
+    def graph_made(self) -> None:
+        self._made = True
+        _freed_graph_buffers.extend(self._pending)
+        self._pending = []
+
+
 class _StandinCublas:
     """cuBLAS's GEMM as ``tinygrad_caps.kernels.gemm`` calls it (allowed in a capture, as cuBLAS is);
-    precision "high" rounds float32 operands to TF32's 10-bit mantissa first, as tensor cores do."""
+    precision "high" rounds float32 operands to TF32's 10-bit mantissa first, as tensor cores do. The
+    workspace (a uint8 array on the GPU) is recorded as a buffer of the call, as cuBLAS uses it."""
 
-    def matmul(self, a, b, out, precision):
+    def matmul(self, a, b, out, precision, workspace=None):
         device = _current_device()
-        for name, x in (("a", a), ("b", b), ("out", out)):
-            if not isinstance(x, ndarray) or x._device != device:
+        for name, x in (("a", a), ("b", b), ("out", out), ("workspace", workspace)):
+            if (x is not None or name != "workspace") and (not isinstance(x, ndarray) or x._device != device):
                 raise runtime.CUDARuntimeError(f"cudaErrorIllegalAddress: cuBLAS operand {name} is not an array on "
                                                f"the current GPU {device}")
         function = _tf32_matmul if precision == "high" and out.dtype == numpy.float32 else numpy.matmul
         function(a._a, b._a, out=out._a)
         capture = _capture()
         if capture is not None:
-            capture.record(function, (a._a, b._a), {"out": out._a}, None, "cublasGemmEx")
+            def gemm(a, b, workspace, out):
+                return function(a, b, out=out)
+
+            capture.record(gemm, (a._a, b._a, None if workspace is None else workspace._a), {"out": out._a}, None,
+                           "cublasGemmEx")
 
 
 def _tf32(x):

@@ -3,7 +3,8 @@
 CuPy compiles a ``RawModule(code=...)`` once per process and device, and keeps the cubin in
 ``CUPY_CACHE_DIR`` under the SHA-1 of the source, the options and the architecture, so a later
 process loads it instead of compiling. Here "compiling" sleeps ``CUPY_STANDIN_COMPILE_SECONDS``
-(default 0) without the GIL, as NVRTC runs, and writes a small file under that name. The
+(default 0) without the GIL, as NVRTC runs, and writes a small file under that name (holding the
+module's kernel names, as a cubin's symbols do). The
 stand-in writes into ``CUPY_CACHE_DIR`` only when it is set (never into your home): without it
 the cache lives in the process, as with ``CUPY_CACHE_IN_MEMORY=1``. What a test reads:
 ``compiled`` (the cache entries compiled by this process, in order) and ``most_at_once`` (the most
@@ -11,6 +12,7 @@ compiles that ran at the same time).
 """
 import hashlib
 import os
+import re
 import tempfile
 import threading
 import time
@@ -23,6 +25,7 @@ most_at_once = 0    # the most compiles that ran at the same time
 _running = 0
 _loaded = set()     # (device, name): what this process compiled or loaded
 _lock = threading.Lock()
+_KERNEL_NAMES = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)')
 
 
 class CompileException(Exception):
@@ -51,7 +54,8 @@ def compile_with_cache(code: str, options: tuple, device: int) -> None:
         if path is not None:
             os.makedirs(CACHE_DIR, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=CACHE_DIR, delete=False) as temporary:
-                temporary.write(b"standin cubin\n")
+                # a cubin holds its kernels' names (their ELF symbols): so does this file
+                temporary.write(b"standin cubin\n" + "\n".join(_KERNEL_NAMES.findall(code)).encode())
             os.replace(temporary.name, path)
     with _lock:
         _loaded.add((device, name))
