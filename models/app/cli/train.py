@@ -51,6 +51,8 @@ def run(args):
 
         return profile.run(config, args.profile)
     check_out_folder(out, args.resume)
+    if config.get("tensorboard"):  # (its default, RUN/tensorboard, is checked with --out)
+        check_out_folder(Path(config["tensorboard"]), resume=True, option="--tensorboard")
     if out.exists() and not args.resume and RunFolder(out).metrics.exists():
         raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     # the Trainer prints "run folder: ..." once it has created it, after the first batch

@@ -37,7 +37,7 @@ from ...analysis.gradflow import mode_gradient_cosines, supported_modes
 from ...capsnet.model import CapsNet
 from ...errors import TrainingDiverged, UsageError
 from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
-from .checkpoints import build_model
+from .checkpoints import build_model, check_model_options
 from .config import TrainingConfig
 from .device_sums import DeviceSums
 from .gradflow_log import GradflowLog, keep_gradflow_through_step
@@ -146,6 +146,7 @@ class Trainer:
         self.last_path = self.folder.last
         self.signals, self.folder_ready, self.stdout_closed = StopSignals(), False, False
         device = device_or_usage_error(config.device)
+        check_model_options(config.to_dict())  # options that do not go together: refused before the data loads
         # The registry gives the geometry and preprocessing; image_size and channels choose an image folder's.
         self.spec = dataset_spec(config.dataset, config.data_dir, config.image_size, config.channels)
         self.train_images, self.train_labels = limited(*self.spec.load("train", config.data_dir), config.limit_train)
