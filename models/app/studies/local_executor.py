@@ -54,6 +54,8 @@ class LocalExecutor:
             command += ["--deadline-in", repr(max(0.0, deadline - time.monotonic()))]
         if must_train:
             command.append("--first")
+        if self.placement.threads_given:  # (else a run takes its own count: the environment's, or on resume its config's)
+            command += ["--threads", str(self.placement.threads)]
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.placement.thread_environment())
         log_path = RunFolder(run.run_dir).train_log
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from ...analysis.confidence import mean_and_spread, paired_difference, welch_dif
 from ...analysis.routing_statistics import inner_share, network_scores, path_norms
 from ...analysis.study_figures import plot_study_summary
 from ...errors import UsageError
+from ..training.reporting import plural
 from ..training.run_logs import read_json_lines, read_metrics
 from ..training.run_folder import RunFolder
 from .registry import STUDIES
@@ -189,12 +190,6 @@ def check_unfinished(run_dir: Path, metrics_path: Path, epochs: int) -> None:
     lost = "is missing" if not metrics_path.exists() else f"has no line for epoch {epochs}"
     raise UsageError(f"run {run_dir}: its checkpoint has finished epoch {epochs} but its {metrics_path.name} {lost}; "
                      "delete the run folder and continue the study with --resume to train it again")
-
-
-def plural(count, word: str) -> str:
-    """"1 epoch", "3 epochs", "0.5 minutes": ``count`` and ``word``, plural unless ``count`` is 1."""
-    shown = f"{count:g}" if isinstance(count, float) else str(count)
-    return f"{shown} {word}{'' if count == 1 else 's'}"
 
 
 def non_finite_field(value, where: str = "summary"):
