@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -461,10 +462,14 @@ class Trainer:
                     self.save(self.last_path)
                 why = "time limit reached" if isinstance(exc, TimeLimitReached) else "interrupted"
                 print(f"{why}: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
-                      f"{self.state['step']}); continue with --resume --out {self.out_dir}", file=sys.stderr)
+                      f"{self.state['step']}); continue with: {self.resume_command()}", file=sys.stderr)
                 raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
         self.ensure_run_folder()
         return history
+
+    def resume_command(self) -> str:
+        """The command that continues this run (its options come from its config.json)."""
+        return f"tinygrad-caps train --resume --out {shlex.quote(str(self.out_dir))}"
 
     def _check_gradients(self) -> None:
         """After each backward: nothing to check on one process (see DistributedTrainer)."""
