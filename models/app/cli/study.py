@@ -133,14 +133,16 @@ def export_study_tensorboard(out, folder) -> list:
 
 def report_summary(out, tensorboard_out=None) -> None:
     """Write and print the study's summary and one line per summary file: ``written: PATH``, or
-    ``unchanged: PATH`` where it held the summary already; with ``tensorboard_out``, export its runs
-    there too."""
+    ``unchanged: PATH`` where it held the summary already, or ``not drawn: PATH (why; how to get
+    it)``; with ``tensorboard_out``, export its runs there too."""
     summary = write_summary(out)
     print(summary_markdown(summary), end="")
     for path in summary["written"]:
         print(f"written: {path}")
     for path in summary.get("unchanged", ()):
         print(f"unchanged: {path}")
+    for picture in summary.get("not_drawn", ()):
+        print(f"not drawn: {picture}")
     if tensorboard_out is not None:
         runs = export_study_tensorboard(out, tensorboard_out)
         print(f"written: {tensorboard_out} (TensorBoard, {plural(len(runs), 'run')})")

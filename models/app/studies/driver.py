@@ -77,13 +77,18 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
                     run = pending.pop(0)
                     executor.start(run, deadline, must_train=not started_any)
                     started_any = True
-                    progress.running.add(run.label)
                     retry = f" (retry {attempts[run.label]} of {max_retries})" if attempts.get(run.label) else ""
-                    progress.event(f"[{run.label}] {executor.start_verb}{retry}: {run.run_dir}")
+                    text = f"[{run.label}] {executor.start_verb}{retry}: {run.run_dir}"
+                    if executor.running_once_started:
+                        progress.run_started(run.label, text)
+                    else:  # (a Ray task: running once it holds its run lock, said by note_started)
+                        progress.running.add(run.label)
+                        progress.event(text)
                 if not executor.running():  # (all done, or none may start: the time limit, a stop)
                     break
                 for run, outcome in executor.wait(POLL_SECONDS):
                     progress.running.discard(run.label)
+                    progress.training.discard(run.label)
                     status = outcome["status"]
                     if status == "finished":
                         finished += 1
@@ -101,6 +106,7 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
                         failed.append(outcome)
                         progress.failed.add(run.label)
                         progress.event(f"[{run.label}] failed: {outcome['error']}")
+                progress.note_started()
                 progress.refresh()
             except KeyboardInterrupt as exc:
                 if interrupted is not None:  # a second one: stop at once

@@ -26,6 +26,7 @@ class LocalExecutor:
 
     retries_runs = True  # the driver starts a killed run again (Ray retries its tasks itself)
     start_verb = "started"
+    running_once_started = True  # a run's process trains it from its start
 
     def __init__(self, out, placement):
         self.out, self.placement = out, placement

@@ -70,6 +70,7 @@ class RayExecutor:
 
     retries_runs = False  # Ray retries a task whose worker or node died; the driver reports what is left
     start_verb = "submitted to Ray"
+    running_once_started = False  # a task may wait for its resources: running once it holds its run lock
 
     def __init__(self, out, placement):
         self.out, self.placement = Path(out).absolute(), placement
