@@ -15,13 +15,13 @@ from ..studies.registry import MAX_DEPTH, STUDIES, get_study
 from ..studies.driver import drive_runs, print_failures
 from ..studies.executors import executor_for
 from ..studies.lock import LOCK_FILE, study_lock
-from ..studies.run_task import STUDY_FILE
-from ..training.run_options import option_flag
 from ..studies.placement import EXECUTORS, SCHEDULING_OPTIONS, study_placement
+from ..studies.run_task import STUDY_FILE
 from ..studies.runner import (EXIT_TIME_LIMIT, STUDY_ONLY, check_plan_runs, continue_command, parse_seed_list,
                             plan_study, read_study, train_runs, write_plan)
 from ..studies.summary import plural, summary_markdown, write_summary
 from ..training.config import STUDY_OPTIONS
+from ..training.run_options import option_flag
 from ..training.tensorboard_log import export_tensorboard
 from .model_options import positive_int
 from .training_options import add_training_options, mark_may_change, may_change_on_resume

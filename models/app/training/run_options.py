@@ -30,7 +30,8 @@ from .config import (CAPSULE_TRAINING_OPTIONS, LAUNCH_OPTIONS, MAY_CHANGE_ON_RES
 from .run_folder import RunFolder
 
 # what a command line holds beside a run's options (never written to config.json)
-NOT_RUN_OPTIONS = ("command", "out", "resume", "resume_or_start", "no_progress", "profile", "debug", "explicit", "command_line")
+NOT_RUN_OPTIONS = ("command", "out", "resume", "resume_or_start", "no_progress", "profile", "debug", "explicit",
+                   "command_line")
 
 _UNSET = object()
 
