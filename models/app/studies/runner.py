@@ -19,16 +19,17 @@ trained by ``run_task.train_study_run`` either way.
 
 Before anything is written, every configuration's first run is checked as ``train`` checks a run
 (``check_plan_runs``: its Trainer is built, untrained), and the folder is refused where it lies in a
-training run's folder or in another study's runs/. ``--resume`` of a folder without a study is refused.
+training run's folder or in another study's runs/. ``--resume`` of a folder without a study is refused
+(``--resume-or-start`` starts one there, and continues one where it finds it).
 
 ``--resume`` takes the options the study was started with (those the command line does not give;
 an option that changes what a run computes is refused, as in ``train --resume``), skips the runs
 that have finished and continues the interrupted ones from their ``last.npz`` with ``train``'s
 guarantee (the same metrics as a run never interrupted). A study run again over finished runs
 rewrites nothing. ``--max-minutes`` stops at the first batch boundary after the time, saves the
-run, writes the summary of what has finished, and exits with status 75 (EX_TEMPFAIL: run the same
-command with ``--resume`` to continue); every call trains at least one batch first, so a loop of
-calls ends however short the limit. ``--tensorboard-out`` is kept in the plan and honoured on resume.
+run, writes the summary of what has finished, and exits with status 75 (EX_TEMPFAIL: run the
+printed command, or the same with ``--resume-or-start``, to continue); every call trains at least
+one batch first, so a loop of calls ends however short the limit. ``--tensorboard-out`` is kept in the plan and honoured on resume.
 """
 from __future__ import annotations
 

@@ -152,8 +152,9 @@ class TrainingConfig(MappingView):
                                                         "convolutions); the CPU always computes in float32",
                                    choices=PRECISIONS)
     threads: int = option(None, "int", "engine and BLAS threads of the run (default: $TINYGRAD_CAPS_NUM_THREADS, "
-                                       "else the usable CPUs); recorded in config.json and restored by --resume, "
-                                       "since BLAS's sums round by their thread count", optional=True, low=1,
+                                       "else BLAS's own: $OPENBLAS_NUM_THREADS, $OMP_NUM_THREADS or the CPUs); "
+                                       "recorded in config.json and restored by --resume, since BLAS's sums round "
+                                       "by their thread count", optional=True, low=1,
                           high=MAX_THREADS, resume=RESTORED, study=False, metavar="N")
     limit_train: int = option(None, "int", "the first N training images only", optional=True, low=1)
     limit_test: int = option(None, "int", "the first N test images only", optional=True, low=1)

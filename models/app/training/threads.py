@@ -40,14 +40,15 @@ def usable_cpus() -> int:
 
 def default_threads() -> int:
     """The thread count of a run that names none: ``$TINYGRAD_CAPS_NUM_THREADS`` (what the engine
-    takes), else the usable CPUs."""
+    takes), else the BLAS library's own (what ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` gave it,
+    else its default, the CPUs), else the usable CPUs."""
     forced = os.environ.get(ENGINE_VARIABLE, "").strip()
     if forced:
         try:
             return max(1, int(forced))
         except ValueError:
             pass
-    return usable_cpus()
+    return blas_threads() or usable_cpus()
 
 
 @dataclass(frozen=True)
