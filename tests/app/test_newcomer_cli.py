@@ -50,7 +50,7 @@ def test_ctrl_c_in_the_test_pass_stops_at_the_next_batch_and_resume_matches(data
     assert train(data_dir, tmp_path / "cut", "--epochs", "2") == 130
     assert calls["n"] == first_test_batch  # the pass stopped before its next batch, not at its end
     err = capsys.readouterr().err
-    assert f"continue with --resume --out {tmp_path / 'cut'}" in err
+    assert f"continue with: tinygrad-caps train --resume --out {tmp_path / 'cut'}" in err
     saved = tc.load(tmp_path / "cut" / "checkpoints" / "last.npz")
     assert saved["progress"]["epoch"] == epoch - 1 and saved["progress"]["step"] == 5  # the epoch trained, uncommitted
     monkeypatch.undo()

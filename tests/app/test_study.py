@@ -198,7 +198,7 @@ def test_resume_adds_seeds_and_epochs_and_refuses_a_changed_option(tmp_path, dat
     assert cli.main(["study", "run", "conventions", "--out", str(out), "--resume", "--no-progress"]) == 0
     assert snapshot(out) == before
     assert cli.main(["study", "run", "conventions", "--out", str(out), "--resume", "--batch-size", "4"]) == 2
-    assert "--batch-size 4 differs from the run's 8" in capsys.readouterr().err
+    assert "--batch-size 4 differs from the study's 8" in capsys.readouterr().err
     assert cli.main(["study", "run", "depth", "--out", str(out), "--resume"]) == 2
     assert "holds the study conventions, not depth" in capsys.readouterr().err
 

@@ -101,6 +101,7 @@ def test_docs_training_shows_the_table_the_config_writes():
 def test_a_training_config_and_a_run_folder_are_all_a_run_needs(tmp_path):
     from helpers import metrics_without_times, write_striped_dataset
     from tinygrad_caps.models.app.training import RunFolder, Trainer
+    from tinygrad_caps.models.app.training.threads import default_threads
 
     write_striped_dataset(tmp_path / "data" / "tiny", (24, 8))
     config = TrainingConfig(dataset="tiny", data_dir=str(tmp_path / "data"), epochs=1, batch_size=8, device="cpu",
@@ -109,7 +110,9 @@ def test_a_training_config_and_a_run_folder_are_all_a_run_needs(tmp_path):
     folder = RunFolder(tmp_path / "run")
     Trainer(config, folder, show_progress=False, log=lambda text: None).run()
     stored = TrainingConfig.from_dict({k: v for k, v in json.loads(folder.config.read_text()).items()})
-    assert stored.replace(network={}) == config.replace(image_size=10, augment="shift", network={})
+    # what the dataset and the machine resolve: the image size, the augmentation, the thread count
+    assert stored.replace(network={}) == config.replace(image_size=10, augment="shift", threads=default_threads(),
+                                                        network={})
     assert stored.network["conv1_channels"] == 3 and stored.network["num_classes"] == 3
     assert [line["epoch"] for line in metrics_without_times(folder.path)] == [1] and folder.last.is_file()
 

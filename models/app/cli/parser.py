@@ -66,10 +66,30 @@ def make_parser():
     for name in COMMANDS:
         command = importlib.import_module(f"{__package__}.{name}")
         command.add_arguments(sub.add_parser(name, help=command.HELP))
-    for command in sub.choices.values():  # --debug before or after the command
-        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                             help="print the traceback of every error")
+    for command in command_parsers(parser):
+        add_shared_options(command)
     return parser
+
+
+def command_parsers(parser) -> list:
+    """Every (sub)command parser under ``parser``: ``train``, ..., ``study``, ``study run``, ..."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                found += [command, *command_parsers(command)]
+    return found
+
+
+def add_shared_options(command) -> None:
+    """The options every command takes, where it has not added them itself: ``--debug`` (before or
+    after the command) and ``--no-progress`` (scripts pass it to every command; one that draws no
+    bar accepts it and draws none)."""
+    given = {flag for action in command._actions for flag in action.option_strings}
+    command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                         help="print the traceback of every error")
+    if "--no-progress" not in given and not any(isinstance(a, argparse._SubParsersAction) for a in command._actions):
+        command.add_argument("--no-progress", action="store_true", help="no progress bar (this command draws none)")
 
 
 def parse_with_preset(parser, argv):

@@ -16,13 +16,15 @@ from ..studies.driver import drive_runs, print_failures
 from ..studies.executors import executor_for
 from ..studies.lock import LOCK_FILE, study_lock
 from ..studies.placement import EXECUTORS, SCHEDULING_OPTIONS, study_placement
+from ..studies.run_task import STUDY_FILE
 from ..studies.runner import (EXIT_TIME_LIMIT, STUDY_ONLY, check_plan_runs, continue_command, parse_seed_list,
                             plan_study, read_study, train_runs, write_plan)
 from ..studies.summary import plural, summary_markdown, write_summary
 from ..training.config import STUDY_OPTIONS
+from ..training.run_options import option_flag
 from ..training.tensorboard_log import export_tensorboard
 from .model_options import positive_int
-from .training_options import add_training_options
+from .training_options import add_training_options, mark_may_change, may_change_on_resume
 
 MAX_SEEDS = 1000  # seeds of one study: --seeds N and --seed-list's count
 
@@ -48,17 +50,24 @@ def add_arguments(parser) -> None:
     r.add_argument("name", metavar="NAME", help="a registered study (see study list)")
     r.add_argument("--out", required=True, metavar="DIR",
                    help="the study's folder: DIR/runs/CONFIG/seed-S/ (run folders), DIR/study.json, DIR/summary.*")
-    r.add_argument("--seeds", type=positive_int, default=None, metavar="N", help="seeds 0..N-1 (default: the study's)")
-    r.add_argument("--seed-list", default=None, metavar="S,S,...", help="these seeds instead of 0..N-1")
+    seeds = r.add_argument("--seeds", type=positive_int, default=None, metavar="N",
+                           help="seeds 0..N-1 (default: the study's)")
+    seed_list = r.add_argument("--seed-list", default=None, metavar="S,S,...", help="these seeds instead of 0..N-1")
     r.add_argument("--max-minutes", type=positive_float, default=None, metavar="M",
                    help="stop at the first batch boundary after M minutes, save, and say how to continue (exit 75)")
-    r.add_argument("--resume", action="store_true",
-                   help="continue the study in --out: finished runs are skipped, interrupted ones continue exactly")
-    r.add_argument("--max-depth", type=positive_int, default=None, metavar="K",
-                   help="depth: 0 to K hidden capsule layers (default 3)")
-    r.add_argument("--tensorboard-out", default=None, metavar="TB",
-                   help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
+    resume = r.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true",
+                        help="continue the study in --out: finished runs are skipped, interrupted ones continue "
+                             "exactly")
+    resume.add_argument("--resume-or-start", action="store_true",
+                        help="continue the study in --out where it holds one (as --resume), else start it there: "
+                             "one command for a job script to run until the study has finished")
+    max_depth = r.add_argument("--max-depth", type=positive_int, default=None, metavar="K",
+                               help="depth: 0 to K hidden capsule layers (default 3)")
+    tensorboard_out = r.add_argument("--tensorboard-out", default=None, metavar="TB",
+                                     help="also export every run's logs as TensorBoard event files: TB/CONFIG/seed-S/")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
+    mark_may_change(seeds, seed_list, max_depth, tensorboard_out)
     add_scheduling_options(r)
     add_training_options(r, [name for name in STUDY_OPTIONS if name != "model"])  # the configurations choose the model
     r.set_defaults(epochs=None)
@@ -89,6 +98,7 @@ def add_scheduling_options(parser) -> None:
                    help="Ray: GPUs of each run; 0.5 puts two runs on a GPU (default: 1 on GPUs, else 0)")
     g.add_argument("--max-retries", type=int, default=None, metavar="R",
                    help="start a run again this often when its process, worker or node dies (default 3)")
+    mark_may_change(*g._group_actions)  # (a started run keeps its thread count unless --threads-per-run is given)
 
 
 def run(args) -> int:
@@ -123,14 +133,16 @@ def export_study_tensorboard(out, folder) -> list:
 
 def report_summary(out, tensorboard_out=None) -> None:
     """Write and print the study's summary and one line per summary file: ``written: PATH``, or
-    ``unchanged: PATH`` where it held the summary already; with ``tensorboard_out``, export its runs
-    there too."""
+    ``unchanged: PATH`` where it held the summary already, or ``not drawn: PATH (why; how to get
+    it)``; with ``tensorboard_out``, export its runs there too."""
     summary = write_summary(out)
     print(summary_markdown(summary), end="")
     for path in summary["written"]:
         print(f"written: {path}")
     for path in summary.get("unchanged", ()):
         print(f"unchanged: {path}")
+    for picture in summary.get("not_drawn", ()):
+        print(f"not drawn: {picture}")
     if tensorboard_out is not None:
         runs = export_study_tensorboard(out, tensorboard_out)
         print(f"written: {tensorboard_out} (TensorBoard, {plural(len(runs), 'run')})")
@@ -185,14 +197,17 @@ def run_study(args) -> int:
     seeds = study_seeds(args)
     given = {k: v for k, v in vars(args).items() if k not in STUDY_ONLY}
     command = "tinygrad-caps " + shlex.join(getattr(args, "command_line", None) or ["study", "run", args.name])
+    # --resume-or-start: --resume where the folder holds a study, else a start (refused where it holds runs/)
+    resume = args.resume or (args.resume_or_start and (Path(args.out) / STUDY_FILE).is_file())
     plan = plan_study(study, args.out, given, explicit - set(STUDY_ONLY), seeds=seeds, epochs=args.epochs,
-                      parameters=study_parameters(args), resume=args.resume, command=command,
-                      tensorboard_out=args.tensorboard_out)
+                      parameters=study_parameters(args), resume=resume, command=command,
+                      tensorboard_out=args.tensorboard_out, may_change=may_change_on_resume(run_parser()))
     tensorboard_out = plan.get("tensorboard_out")
     if tensorboard_out is not None and args.tensorboard_out is None:  # the saved one, checked as a given one is
         check_out_folder(Path(tensorboard_out), resume=True, option="--tensorboard-out")
     placement = study_placement({key: getattr(args, key, None) for key in SCHEDULING_OPTIONS},
                                 plan["options"].get("device", "auto"))
+    resume_command = continue_command(plan, args.out, scheduling_words(args, explicit))
     check_plan_runs(plan, args.out)  # every configuration, before anything is written
     with executor_for(placement, args.out) as executor, study_lock(args.out):
         if executor is not None:
@@ -201,18 +216,41 @@ def run_study(args) -> int:
         write_plan(Path(args.out), plan)
         deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
         if executor is None:
-            result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress))
+            result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress),
+                                resume_command=resume_command)
         else:
             result = drive_runs(plan, args.out, executor, deadline, show_progress=bars_wanted(args.no_progress),
-                                max_retries=placement.max_retries if executor.retries_runs else 0)
+                                max_retries=placement.max_retries if executor.retries_runs else 0,
+                                resume_command=resume_command)
         report_summary(args.out, tensorboard_out)
     if result["stopped"]:
         print(f"stopped after {plural(args.max_minutes, 'minute')} with {result['finished']} of "
-              f"{plural(result['total'], 'run')} finished; continue with: {continue_command(plan, args.out)}")
+              f"{plural(result['total'], 'run')} finished; continue with: {resume_command}")
         return EXIT_TIME_LIMIT
     if result["failed"]:
         print_failures(result)
         print(f"{plural(len(result['failed']), 'run')} failed, {result['finished']} of "
-              f"{plural(result['total'], 'run')} finished; retry the failed with: {continue_command(plan, args.out)}")
+              f"{plural(result['total'], 'run')} finished; retry the failed with: {resume_command}")
         return 1
     return 0
+
+
+def scheduling_words(args, explicit) -> list:
+    """The scheduling options (``--jobs 2``, ``--threads-per-run 1``, ...) that ``args`` gives
+    explicitly, as command-line words: what the printed continue command repeats."""
+    words = []
+    for key in SCHEDULING_OPTIONS:
+        value = getattr(args, key, None)
+        if key in explicit and value is not None:
+            words += [option_flag(key), f"{value:g}" if isinstance(value, float) else str(value)]
+    return words
+
+
+def run_parser():
+    """A parser of ``study run``'s options alone (what its refusals list is derived from)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tinygrad-caps study", add_help=False)
+    add_arguments(parser)
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return commands.choices["run"]

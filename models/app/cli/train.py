@@ -14,7 +14,7 @@ from ..training.progress import bars_wanted
 from ..training.run_folder import RunFolder
 from ..training.run_options import NOT_RUN_OPTIONS, model_options, resumed_options, saved_run_options
 from .model_options import positive_int
-from .training_options import add_training_options
+from .training_options import add_training_options, may_change_on_resume
 
 HELP = "train a CapsNet or the paper's baseline CNN (--model cnn)"
 
@@ -24,7 +24,11 @@ def add_arguments(parser) -> None:
     and where the run goes (``--out``, ``--resume``, ``--profile``, ``--no-progress``)."""
     add_training_options(parser)
     parser.add_argument("--out", default=None, help="run folder (default: a new folder under runs/)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.npz")
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.npz")
+    resume.add_argument("--resume-or-start", action="store_true",
+                        help="continue the run in --out where it holds one, else start it there (for job scripts "
+                             "that run one command until the run has finished)")
     parser.add_argument("--profile", type=positive_int, default=None, metavar="N",
                         help="profile N training batches, print the time per op and exit (writes nothing)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
@@ -36,29 +40,37 @@ def run(args):
     if config["augment"] == "none":
         config["augment"] = None
     explicit = getattr(args, "explicit", set())
-    if args.resume and not args.out:
-        raise UsageError("--resume needs --out, the run folder to continue")
+    resume = args.resume or args.resume_or_start
+    if resume and not args.out:
+        raise UsageError(f"{'--resume' if args.resume else '--resume-or-start'} needs --out, the run folder to "
+                         "continue")
     out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    if args.resume and not args.profile:
+    if resume and not args.profile:
         saved = saved_run_options(out)
-        if saved is None:
+        if saved is None and args.resume:
             raise UsageError(no_run_to_resume(out))
-        first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
-        config = resumed_options(config, explicit, saved, log=None if first_rank else lambda text: None)
+        if saved is None:  # --resume-or-start where no run is: start one
+            resume = False
+        else:
+            first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
+            config = resumed_options(config, explicit, saved, log=None if first_rank else lambda text: None,
+                                     may_change=may_change_on_resume(own_parser()))
     config = model_options(config, explicit)
     if args.profile:
         from . import profile
 
         return profile.run(config, args.profile)
-    check_out_folder(out, args.resume)
-    if out.exists() and not args.resume and RunFolder(out).metrics.exists():
+    check_out_folder(out, resume)
+    if config.get("tensorboard"):  # (its default, RUN/tensorboard, is checked with --out)
+        check_out_folder(Path(config["tensorboard"]), resume=True, option="--tensorboard")
+    if out.exists() and not resume and RunFolder(out).metrics.exists():
         raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     # the Trainer prints "run folder: ..." once it has created it, after the first batch
     if args.distributed:
         from ..training.distributed import abort_on_error, train_distributed
 
         with abort_on_error("train", args.debug):
-            train_distributed(config, out, resume=args.resume, show_progress=bars_wanted(args.no_progress),
+            train_distributed(config, out, resume=resume, show_progress=bars_wanted(args.no_progress),
                               sync_batchnorm=args.sync_batchnorm)
         return 0
     if args.sync_batchnorm:
@@ -68,11 +80,21 @@ def run(args):
         raise UsageError(f"mpirun started {started} processes: add --distributed to train one model on all of them")
     from ..training.trainer import train  # the training loop (and the dataset code) only when a run trains
 
-    train(config, out, resume=args.resume, show_progress=bars_wanted(args.no_progress))
+    train(config, out, resume=resume, show_progress=bars_wanted(args.no_progress))
     return 0
+
+
+def own_parser():
+    """A parser of ``train``'s options alone (what its refusals list is derived from)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tinygrad-caps train", add_help=False)
+    add_arguments(parser)
+    return parser
 
 
 def no_run_to_resume(out: Path) -> str:
     """The one-line refusal of ``--resume --out OUT`` where OUT holds no run (a typo, a fresh folder)."""
     where = f"{out} does not exist" if not out.exists() else f"{out} holds no run (no config.json)"
-    return f"--resume: {where}; to start a run there, give the same command without --resume"
+    return (f"--resume: {where}; to start a run there, give the same command without --resume (or with "
+            "--resume-or-start, which starts or continues)")

@@ -8,7 +8,7 @@ import dataclasses
 
 from tinygrad_caps.data import DATASETS
 
-from ..training.config import TrainingConfig, checked
+from ..training.config import MAY_CHANGE, RESTORED, TrainingConfig, checked
 from ..training.run_options import option_flag
 from .model_options import add_cnn_options, add_model_options
 
@@ -42,16 +42,32 @@ def add_option(parser, field: dataclasses.Field) -> None:
     help_text = HELP_NOW.get(field.name, lambda: meta["help"])()
     flag = option_flag(field.name)
     if meta["kind"] == "bool":
-        parser.add_argument(flag, dest=field.name, action="store_true", default=default, help=help_text)
+        action = parser.add_argument(flag, dest=field.name, action="store_true", default=default, help=help_text)
     elif meta.get("empty"):  # --tensorboard [DIR]: without DIR, the run folder's default
-        parser.add_argument(flag, dest=field.name, nargs="?", const="", default=default, metavar=meta["metavar"],
-                            type=argument_type(field), help=help_text)
+        action = parser.add_argument(flag, dest=field.name, nargs="?", const="", default=default,
+                                     metavar=meta["metavar"], type=argument_type(field), help=help_text)
     elif meta["kind"] == "choice":
-        parser.add_argument(flag, dest=field.name, choices=meta["choices"], default=default, help=help_text,
-                            type=type(meta["choices"][0]))
+        action = parser.add_argument(flag, dest=field.name, choices=meta["choices"], default=default,
+                                     help=help_text, type=type(meta["choices"][0]))
     else:
-        parser.add_argument(flag, dest=field.name, type=argument_type(field), default=default,
-                            metavar=meta["metavar"], help=help_text)
+        action = parser.add_argument(flag, dest=field.name, type=argument_type(field), default=default,
+                                     metavar=meta["metavar"], help=help_text)
+    action.on_resume = MAY_CHANGE if meta["resume"] in (MAY_CHANGE, RESTORED) else meta["resume"]
+
+
+def may_change_on_resume(parser) -> list:
+    """The options of ``parser`` (a command's) that its ``--resume`` takes with another value: those
+    marked ``on_resume = MAY_CHANGE`` where they are added (``mark_may_change``; a training option by
+    its field's rule), in the parser's order."""
+    return [next(flag for flag in action.option_strings if flag.startswith("--")) for action in parser._actions
+            if getattr(action, "on_resume", None) == MAY_CHANGE]
+
+
+def mark_may_change(*actions) -> None:
+    """Mark parser ``actions`` (what ``add_argument`` returned) as options that ``--resume`` takes with
+    another value (``may_change_on_resume`` lists them)."""
+    for action in actions:
+        action.on_resume = MAY_CHANGE
 
 
 def add_training_options(parser, names=None) -> None:
@@ -87,7 +103,8 @@ def options_table_markdown() -> str:
     for field in TrainingConfig.option_fields():
         meta = field.metadata
         default = "unset" if field.default is None else f"`{field.default}`"
-        resume = {"may change": "may change", "launch": "the command line's", "fixed": "refused"}[meta["resume"]]
+        resume = {"may change": "may change", "launch": "the command line's", "fixed": "refused",
+                  "restored": "may change (a warning: the last bits differ)"}[meta["resume"]]
         only = " (CapsNet only)" if meta["capsnet_only"] else ""
         lines.append(f"| `{option_flag(field.name)}` | `{field.name}` | {default} | {_values_text(field)} | {resume} | "
                      f"{meta['help']}{only} |")

@@ -49,11 +49,13 @@ def plan_runs(plan: dict, out) -> list:
 
 
 def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, max_retries: int = 3,
-               clock=time.monotonic) -> dict:
+               clock=time.monotonic, resume_command=None) -> dict:
     """Train every unfinished run of ``plan`` with ``executor``; returns {"finished", "total",
     "stopped", "failed": the outcomes of the failed runs} as ``runner.train_runs`` does. Raises
-    Interrupted after Ctrl-C, once every running run has saved."""
+    Interrupted after Ctrl-C, once every running run has saved, saying how to continue
+    (``resume_command``, default ``continue_command(plan, out)``)."""
     out = Path(out)
+    resume_command = resume_command or continue_command(plan, out)
     runs = plan_runs(plan, out)
     progress = StudyProgress([(run.label, run.run_dir) for run in runs], plan["epochs"], show_progress)
     pending, finished = [], 0
@@ -75,13 +77,18 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
                     run = pending.pop(0)
                     executor.start(run, deadline, must_train=not started_any)
                     started_any = True
-                    progress.running.add(run.label)
                     retry = f" (retry {attempts[run.label]} of {max_retries})" if attempts.get(run.label) else ""
-                    progress.event(f"[{run.label}] {executor.start_verb}{retry}: {run.run_dir}")
+                    text = f"[{run.label}] {executor.start_verb}{retry}: {run.run_dir}"
+                    if executor.running_once_started:
+                        progress.run_started(run.label, text)
+                    else:  # (a Ray task: running once it holds its run lock, said by note_started)
+                        progress.running.add(run.label)
+                        progress.event(text)
                 if not executor.running():  # (all done, or none may start: the time limit, a stop)
                     break
                 for run, outcome in executor.wait(POLL_SECONDS):
                     progress.running.discard(run.label)
+                    progress.training.discard(run.label)
                     status = outcome["status"]
                     if status == "finished":
                         finished += 1
@@ -99,12 +106,13 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
                         failed.append(outcome)
                         progress.failed.add(run.label)
                         progress.event(f"[{run.label}] failed: {outcome['error']}")
+                progress.note_started()
                 progress.refresh()
             except KeyboardInterrupt as exc:
                 if interrupted is not None:  # a second one: stop at once
                     executor.kill_all()
                     progress.close()
-                    print(f"study stopped at once; continue it with: {continue_command(plan, out)}", file=sys.stderr)
+                    print(f"study stopped at once; continue it with: {resume_command}", file=sys.stderr)
                     raise Interrupted(getattr(exc, "signum", signal.SIGINT)) from None
                 interrupted = getattr(exc, "signum", signal.SIGINT)
                 write_text_atomically(stop_path, "stop\n")
@@ -113,7 +121,7 @@ def drive_runs(plan: dict, out, executor, deadline=None, show_progress=False, ma
     progress.close()
     stop_path.unlink(missing_ok=True)
     if interrupted is not None:
-        print(f"study stopped; continue it with: {continue_command(plan, out)}", file=sys.stderr)
+        print(f"study stopped; continue it with: {resume_command}", file=sys.stderr)
         raise Interrupted(interrupted)
     return {"finished": finished, "total": len(runs), "stopped": stopped or bool(pending), "failed": failed}
 

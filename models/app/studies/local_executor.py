@@ -26,6 +26,7 @@ class LocalExecutor:
 
     retries_runs = True  # the driver starts a killed run again (Ray retries its tasks itself)
     start_verb = "started"
+    running_once_started = True  # a run's process trains it from its start
 
     def __init__(self, out, placement):
         self.out, self.placement = out, placement
@@ -54,6 +55,8 @@ class LocalExecutor:
             command += ["--deadline-in", repr(max(0.0, deadline - time.monotonic()))]
         if must_train:
             command.append("--first")
+        if self.placement.threads_given:  # (else a run takes its own count: the environment's, or on resume its config's)
+            command += ["--threads", str(self.placement.threads)]
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.placement.thread_environment())
         log_path = RunFolder(run.run_dir).train_log
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ class Placement:
     executor: str = "local"
     jobs: int = 1                  # runs at a time (local executor)
     threads: int = 1               # engine and BLAS threads of each run
+    threads_given: bool = False    # --threads-per-run was given: a started run continues with it, not its own
     devices: tuple = ()            # local GPU slots: one device name per slot ("cuda:0", "cuda:0", "cuda:1", ...)
     in_process: bool = True        # train in the driver's process (local, one at a time, nothing placed)
     cpus_per_run: float = 1.0      # Ray
@@ -89,7 +90,8 @@ def study_placement(options: dict, device) -> Placement:
         gpus = float(gpus if gpus is not None else (1.0 if on_gpu else 0.0))
         if gpus > 0 and not on_gpu:
             raise UsageError(f"--gpus-per-run {gpus:g}: this study trains on the CPU (--device {device})")
-        return Placement(executor="ray", threads=threads or max(1, int(cpus)), in_process=False, cpus_per_run=cpus,
+        return Placement(executor="ray", threads=threads or max(1, int(cpus)), threads_given=threads is not None,
+                         in_process=False, cpus_per_run=cpus,
                          gpus_per_run=gpus, max_retries=max_retries,
                          ray_address=options.get("ray_address") or os.environ.get("RAY_ADDRESS") or None)
     ray_only = [flag for flag, key in (("--ray-address", "ray_address"), ("--cpus-per-run", "cpus_per_run"),
@@ -103,8 +105,8 @@ def study_placement(options: dict, device) -> Placement:
         raise UsageError(f"--runs-per-device: this study trains on the CPU (--device {device}); use --jobs")
     jobs = jobs or 1
     in_process = jobs == 1 and threads is None and options.get("devices") is None and not slots
-    return Placement(executor="local", jobs=jobs, threads=threads or max(1, usable_cpus() // jobs), devices=slots,
-                     in_process=in_process, max_retries=max_retries)
+    return Placement(executor="local", jobs=jobs, threads=threads or max(1, usable_cpus() // jobs),
+                     threads_given=threads is not None, devices=slots, in_process=in_process, max_retries=max_retries)
 
 
 def _at_least(flag: str, value, least: int) -> None:

@@ -70,6 +70,7 @@ class RayExecutor:
 
     retries_runs = False  # Ray retries a task whose worker or node died; the driver reports what is left
     start_verb = "submitted to Ray"
+    running_once_started = False  # a task may wait for its resources: running once it holds its run lock
 
     def __init__(self, out, placement):
         self.out, self.placement = Path(out).absolute(), placement
@@ -130,7 +131,8 @@ class RayExecutor:
         ref = self.task.options(num_cpus=self.placement.cpus_per_run, num_gpus=self.placement.gpus_per_run,
                                 max_retries=self.placement.max_retries, retry_exceptions=False,
                                 runtime_env={"env_vars": env}).remote(
-            str(self.out), run.config_id, run.seed, self.token, wall_deadline, must_train)
+            str(self.out), run.config_id, run.seed, self.token, wall_deadline, must_train,
+            self.placement.threads if self.placement.threads_given else None)
         self.refs[ref] = run
 
     def wait(self, timeout: float) -> list:
@@ -184,7 +186,8 @@ def probe_study_folder(out: str, token: str):
     return None
 
 
-def ray_train_run(out: str, config_id: str, seed: int, token: str, wall_deadline, must_train: bool) -> dict:
+def ray_train_run(out: str, config_id: str, seed: int, token: str, wall_deadline, must_train: bool,
+                  threads=None) -> dict:
     """(A Ray task.) Train one run of the study in ``out`` with ``train_study_run``, its lines going to
     RUN/train.log; returns the outcome. A retried task waits for the run lock of its dead predecessor."""
     import contextlib
@@ -205,7 +208,7 @@ def ray_train_run(out: str, config_id: str, seed: int, token: str, wall_deadline
         def say(text: str) -> None:
             print(text, flush=True)
 
-        outcome = train_study_run(out, config_id, seed, deadline=deadline, token=token, log=say,
+        outcome = train_study_run(out, config_id, seed, deadline=deadline, token=token, log=say, threads=threads,
                                   skip_after_deadline=not must_train, lock_wait=STALE_AFTER_SECONDS + 30)
         if outcome["status"] == "failed":
             say(f"failed: {outcome['error']}")

@@ -108,7 +108,7 @@ def stop_requested(out) -> bool:
 
 
 def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=None, token=None, log=print,
-                    show_progress=False, skip_after_deadline=False, lock_wait=0.0) -> dict:
+                    show_progress=False, skip_after_deadline=False, lock_wait=0.0, threads=None) -> dict:
     """Train (or continue) the run ``config_id``/``seed`` of the study in ``out``; returns its outcome
     (see the module docstring): {"status", "config_id", "seed", "host", "error": the failure's one
     line (failed, unreachable), "signum" (interrupted)}.
@@ -116,7 +116,9 @@ def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=Non
     ``deadline``: a time.monotonic() value (of this host) after which the run saves at its next batch
     boundary (it trains one batch first, unless ``skip_after_deadline`` and the time has passed before
     it began).
-    ``device``: the device to train on instead of the plan's (the executor's placement). ``token``:
+    ``device``: the device to train on instead of the plan's (the executor's placement). ``threads``:
+    the run's thread count where ``--threads-per-run`` gave one (else a new run takes the process's,
+    ``threads.default_threads()``, and a started one its own, from its checkpoint). ``token``:
     the value DIR/study.token must hold (Ray). ``lock_wait``: seconds to wait for a run lock held by
     a process that may be gone (a retried task). ``log``: where the Trainer's lines go.
     """
@@ -146,6 +148,8 @@ def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=Non
             options = run_config(plan, config, int(seed))
             if device is not None:
                 options["device"] = device
+            if threads is not None:
+                options["threads"] = threads
             _train(options, run_dir, out, status == "started", deadline, show_progress, log)
         return dict(outcome, status="finished")
     except StorageNotShared as exc:

@@ -19,16 +19,17 @@ trained by ``run_task.train_study_run`` either way.
 
 Before anything is written, every configuration's first run is checked as ``train`` checks a run
 (``check_plan_runs``: its Trainer is built, untrained), and the folder is refused where it lies in a
-training run's folder or in another study's runs/. ``--resume`` of a folder without a study is refused.
+training run's folder or in another study's runs/. ``--resume`` of a folder without a study is refused
+(``--resume-or-start`` starts one there, and continues one where it finds it).
 
 ``--resume`` takes the options the study was started with (those the command line does not give;
 an option that changes what a run computes is refused, as in ``train --resume``), skips the runs
 that have finished and continues the interrupted ones from their ``last.npz`` with ``train``'s
 guarantee (the same metrics as a run never interrupted). A study run again over finished runs
 rewrites nothing. ``--max-minutes`` stops at the first batch boundary after the time, saves the
-run, writes the summary of what has finished, and exits with status 75 (EX_TEMPFAIL: run the same
-command with ``--resume`` to continue); every call trains at least one batch first, so a loop of
-calls ends however short the limit. ``--tensorboard-out`` is kept in the plan and honoured on resume.
+run, writes the summary of what has finished, and exits with status 75 (EX_TEMPFAIL: run the
+printed command, or the same with ``--resume-or-start``, to continue); every call trains at least
+one batch first, so a loop of calls ends however short the limit. ``--tensorboard-out`` is kept in the plan and honoured on resume.
 """
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ from .run_task import STUDY_FILE, run_config, run_path, run_status, train_study_
 
 EXIT_TIME_LIMIT = 75  # EX_TEMPFAIL: stopped by --max-minutes, continue with --resume
 # study run's own options; every other destination of its parser is a training option shared by the runs
-STUDY_ONLY = ("command", "study_command", "name", "out", "seeds", "seed_list", "max_minutes", "resume", "max_depth",
+STUDY_ONLY = ("command", "study_command", "name", "out", "seeds", "seed_list", "max_minutes", "resume",
+              "resume_or_start", "max_depth",
               "debug", "explicit", "no_progress", "command_line", "tensorboard_out", *SCHEDULING_OPTIONS)
 
 
@@ -115,13 +117,14 @@ def parse_seed_list(text: str) -> list:
 
 
 def plan_study(study: Study, out, given: dict, explicit: set, *, seeds=None, epochs=None, parameters=None,
-               resume=False, command="", log=print, tensorboard_out=None) -> dict:
+               resume=False, command="", log=print, tensorboard_out=None, may_change=None) -> dict:
     """The study's plan (what DIR/study.json holds), from the command line's training options
     ``given`` (all of them, defaults included; ``explicit`` those it set) and, with ``resume``, the
     saved plan. Raises UsageError for an option the study varies, a folder inside a training run's
     or another study's run folders, a folder that holds a study without ``resume`` or (with
-    ``resume``) none, another study or a changed option. ``tensorboard_out`` (else, on resume, the
-    saved one) is kept in the plan, so a continued study exports its runs too."""
+    ``resume``) none, another study or a changed option (its message lists ``may_change``: the flags
+    of ``study run`` that may change). ``tensorboard_out`` (else, on resume, the saved one) is kept
+    in the plan, so a continued study exports its runs too."""
     out = Path(out)
     check_out_folder(out, resume)
     check_not_in_a_run_folder(out)
@@ -153,7 +156,7 @@ def plan_study(study: Study, out, given: dict, explicit: set, *, seeds=None, epo
         options = dict(given)
         options.update({k: v for k, v in study.options.items() if k not in explicit})
     else:
-        options = resumed_options(given, explicit, saved["options"], log=log)
+        options = resumed_options(given, explicit, saved["options"], log=log, may_change=may_change, what="study")
     # what the configurations set, and the epochs (the plan's own entry), are not shared options
     options = {k: v for k, v in options.items() if k not in varying and k != "epochs"}
     seeds = list(seeds) if seeds is not None else (saved["seeds"] if saved else list(range(study.seeds)))
@@ -202,14 +205,14 @@ def write_plan(out: Path, plan: dict) -> None:
     write_if_changed(out / STUDY_FILE, json.dumps(plan, indent=2) + "\n")
 
 
-def train_runs(plan: dict, out, deadline=None, show_progress=False, log=print) -> dict:
+def train_runs(plan: dict, out, deadline=None, show_progress=False, log=print, resume_command=None) -> dict:
     """Train every run of ``plan`` that has not finished, in order (configurations, then seeds), in
     this process; each run's lines go to ``log`` (prefixed with the run) and to its RUN/train.log.
 
     Returns {"finished": runs finished (before or now), "total": runs planned, "stopped": True if
     ``deadline`` (a time.monotonic() value) stopped the study, "failed": the outcomes of the runs that
     failed (the others go on)}. Ctrl-C saves the current run and raises Interrupted after saying how
-    to continue."""
+    to continue (``resume_command``, default ``continue_command(plan, out)``)."""
     out = Path(out)
     total = sum(len(config["runs"]) for config in plan["configs"])
     finished, trained, failed = 0, False, []
@@ -233,7 +236,8 @@ def train_runs(plan: dict, out, deadline=None, show_progress=False, log=print) -
             elif outcome["status"] == "stopped":
                 return {"finished": finished, "total": total, "stopped": True, "failed": failed}
             elif outcome["status"] == "interrupted":
-                print(f"study stopped; continue it with: {continue_command(plan, out)}", file=sys.stderr)
+                print(f"study stopped; continue it with: {resume_command or continue_command(plan, out)}",
+                      file=sys.stderr)
                 raise Interrupted(outcome.get("signum", signal.SIGINT))
             else:
                 log(f"{prefix} failed: {outcome['error']}")
@@ -255,9 +259,11 @@ def run_log(run_dir: Path, terminal):
         yield both
 
 
-def continue_command(plan: dict, out) -> str:
-    """The command that continues the study in ``out`` (its --tensorboard-out repeated)."""
-    command = f"tinygrad-caps study run {plan['study']} --out {shlex.quote(str(out))} --resume"
+def continue_command(plan: dict, out, scheduling=()) -> str:
+    """The command that continues the study in ``out``: its --tensorboard-out and the words of the
+    scheduling options it was started with (``scheduling``: ``["--jobs", "2", ...]``) repeated, so
+    that every run continues with the thread count it started with."""
+    words = ["tinygrad-caps", "study", "run", plan["study"], "--out", str(out), "--resume"]
     if plan.get("tensorboard_out") is not None:
-        command += f" --tensorboard-out {shlex.quote(plan['tensorboard_out'])}"
-    return command
+        words += ["--tensorboard-out", plan["tensorboard_out"]]
+    return shlex.join([*words, *scheduling])

@@ -1,7 +1,8 @@
 """The terminal of a study whose runs train elsewhere (worker processes, Ray tasks): one line per run
 that starts, finishes or fails, and one study-level progress line: runs finished, running and left,
-the epoch of each running run (one whose RUN/run.lock is held: a Ray task waiting for resources is
-not running yet), and an estimate of the time left.
+the epoch of each running run, and an estimate of the time left. A run counts as running from its
+"started" line: a worker process's at once (``run_started``), a Ray task's once its RUN/run.lock is
+held (``note_started`` prints the line then: a task waiting for resources is not running yet).
 
 On a terminal the progress line is redrawn in place (on stderr, under the event lines); elsewhere
 (a log, a pipe) it is printed as a line of its own whenever it changes, at most once every
@@ -47,6 +48,7 @@ class StudyProgress:
         self.stream = stream or (sys.stderr if terminal else sys.stdout)
         self.clock, self.started = clock, clock()
         self.running, self.finished, self.failed = set(), set(), set()
+        self.training = set()  # the running runs whose "started" line has been printed
         self.epochs_at_start = sum(min(epochs_done(d), self.epochs) for _, d in self.runs)
         self._last_line, self._last_printed = None, None
 
@@ -58,10 +60,24 @@ class StudyProgress:
         self._last_line = None  # draw the progress line again under it
         self.refresh(force=True)
 
+    def run_started(self, label: str, text: str) -> None:
+        """Print ``text``, the "started" line of the run ``label``, which counts as running from now on."""
+        self.running.add(label)
+        self.training.add(label)
+        self.event(text)
+
+    def note_started(self) -> None:
+        """Print "[label] started" for every run handed over (``running``) whose RUN/run.lock has
+        appeared since (a Ray task that got its resources)."""
+        for label, run_dir in self.runs:
+            if label in self.running and label not in self.training and (run_dir / RUN_LOCK_FILE).exists():
+                self.run_started(label, f"[{label}] started")
+
     def line(self) -> str:
         """The progress line: "runs: F finished, R running (label epoch e/E, ...), L left; about T left"."""
         done = {label: min(epochs_done(d), self.epochs) for label, d in self.runs}
-        training = [label for label, d in self.runs if label in self.running and (d / RUN_LOCK_FILE).exists()]
+        training = [label for label, d in self.runs if label in self.running and
+                    (label in self.training or (d / RUN_LOCK_FILE).exists())]
         running = [f"{label} epoch {min(done[label] + 1, self.epochs)}/{self.epochs}" for label in training]
         left = len(self.runs) - len(self.finished) - len(training) - len(self.failed)
         parts = [f"{len(self.finished)} finished", f"{len(training)} running" +

@@ -40,6 +40,7 @@ from ...analysis.confidence import mean_and_spread, paired_difference, welch_dif
 from ...analysis.routing_statistics import inner_share, network_scores, path_norms
 from ...analysis.study_figures import plot_study_summary
 from ...errors import UsageError
+from ..training.reporting import plural
 from ..training.run_logs import read_json_lines, read_metrics
 from ..training.run_folder import RunFolder
 from .registry import STUDIES
@@ -47,6 +48,7 @@ from .run_task import read_failure
 from .runner import read_study, run_status, write_if_changed
 
 METRIC = "test_accuracy"
+MATPLOTLIB_HINT = "pip install matplotlib, or pip install -e '.[viz]'"
 LOSSES = ("train_loss", "test_loss")
 
 
@@ -191,12 +193,6 @@ def check_unfinished(run_dir: Path, metrics_path: Path, epochs: int) -> None:
                      "delete the run folder and continue the study with --resume to train it again")
 
 
-def plural(count, word: str) -> str:
-    """"1 epoch", "3 epochs", "0.5 minutes": ``count`` and ``word``, plural unless ``count`` is 1."""
-    shown = f"{count:g}" if isinstance(count, float) else str(count)
-    return f"{shown} {word}{'' if count == 1 else 's'}"
-
-
 def non_finite_field(value, where: str = "summary"):
     """The first field of ``value`` (dicts and lists of numbers) that holds NaN or an infinity, as
     ``rows[0].metrics.t_score.mean``, or None."""
@@ -298,7 +294,8 @@ def summary_markdown(summary: dict) -> str:
 
 def write_summary(out, figures=None) -> dict:
     """Write DIR/summary.json, summary.md and (with matplotlib) summary.png where they change;
-    returns the summary with "written": the files written, and "unchanged": those that held it already."""
+    returns the summary with "written": the files written, "unchanged": those that held it already,
+    and "not_drawn": the pictures not drawn, each with why and how to get it (without matplotlib)."""
     out = Path(out)
     summary = summarize(out, figures)
     texts = {out / "summary.json": summary_json(summary, out / "summary.json"),
@@ -306,12 +303,14 @@ def write_summary(out, figures=None) -> dict:
     written, unchanged = [], []
     for path, text in texts.items():
         (written if write_if_changed(path, text) else unchanged).append(path)
-    picture = io.BytesIO()
-    if plot_study_summary(summary, picture):
+    picture, not_drawn = io.BytesIO(), []
+    if not plot_study_summary(summary, picture):
+        not_drawn.append(f"{out / 'summary.png'} (it needs matplotlib: {MATPLOTLIB_HINT})")
+    else:
         data, path = picture.getvalue(), out / "summary.png"
         if not path.exists() or path.read_bytes() != data:
             path.write_bytes(data)
             written.append(path)
         else:
             unchanged.append(path)
-    return dict(summary, written=[str(p) for p in written], unchanged=[str(p) for p in unchanged])
+    return dict(summary, written=[str(p) for p in written], unchanged=[str(p) for p in unchanged], not_drawn=not_drawn)

@@ -1,5 +1,6 @@
 """The process of one run of the local executor:
-``python -m tinygrad_caps.models.app.studies.worker DIR CONFIG_ID SEED [--device D] [--deadline-in S] [--first]``.
+``python -m tinygrad_caps.models.app.studies.worker DIR CONFIG_ID SEED [--device D] [--deadline-in S] [--first]
+[--threads T]``.
 
 It trains the run with ``run_task.train_study_run`` (the same code as the driver's own process and
 the Ray tasks), its output going wherever the executor sent it (RUN/train.log), and ends with:
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     parser.add_argument("--deadline-in", type=float, default=None, help="seconds until the study's time limit")
     parser.add_argument("--first", action="store_true", help="train at least one batch, even after the time limit")
     parser.add_argument("--parent", type=int, default=None, help="the driver's pid")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="the run's threads (--threads-per-run given), even where it started with others")
     args = parser.parse_args(argv)
     if args.parent is not None:
         die_with_parent(args.parent)
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
     from .run_task import train_study_run  # (after the death signal: the imports take a while)
 
     outcome = train_study_run(args.out, args.config_id, args.seed, deadline=deadline, device=args.device,
-                              skip_after_deadline=not args.first, log=_print_flushed)
+                              threads=args.threads, skip_after_deadline=not args.first, log=_print_flushed)
     if outcome["status"] in ("failed", "unreachable"):
         print(f"{FAILED_PREFIX}{outcome['error']}", file=sys.stderr, flush=True)
     if outcome["status"] == "interrupted":

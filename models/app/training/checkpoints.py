@@ -62,12 +62,30 @@ def build_model(config: dict):
     """The model ``config["model"]`` names ("capsnet", the default, or "cnn", the paper's BaselineCNN)
     with the image geometry (in_channels, image_size, num_classes) and model options in ``config``."""
     settings = model_config(config)
+    _check_routing(settings)
+    return MODEL_CLASSES[settings.MODEL].from_config(settings)
+
+
+def check_model_options(config: dict) -> None:
+    """Raise UsageError where the model options of a run's ``config`` do not go together (a routing
+    that takes no capsule bias or has no detach mode, a recipe part the routing does not take), as
+    ``build_model`` would, but before the dataset gives the geometry: the model options alone are
+    checked, on the default geometry."""
+    kind = config.get("model") or "capsnet"
+    if kind not in MODEL_CONFIGS:
+        return  # (model_config names it, where the model is built)
+    defaults = MODEL_CONFIGS[kind]().to_dict()
+    given = {k: v for k, v in config.items() if v is not None}  # (an unset --image-size is no geometry)
+    _check_routing(model_config({**{k: defaults[k] for k in GEOMETRY_KEYS}, **given}))
+
+
+def _check_routing(settings) -> None:
+    """UsageError where a CapsNet's routing refuses its gradient mode, capsule bias or leaky routing."""
     if settings.MODEL == "capsnet":
         refusal = routing_refusal(settings.routing, settings.routing_gradient,
                                   settings.capsule_bias or settings.conventions == "official", settings.leaky_routing)
         if refusal:
             raise UsageError(refusal)
-    return MODEL_CLASSES[settings.MODEL].from_config(settings)
 
 
 def load_checkpoint_model(path, overrides=None, device="auto"):

@@ -29,6 +29,7 @@ from tinygrad_caps.kernels.gemm import PRECISIONS
 
 from ...capsnet.config import MODEL_CONFIGS, MappingView, OptionError, UnknownOptionError
 from ...capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
+from .threads import MAX_THREADS
 
 MAX_LOSS_WEIGHT = 1000.0
 MAX_SEED = 2 ** 63 - 1
@@ -41,6 +42,8 @@ NOT_OPTIONS = ("version",)  # written into config.json beside the options
 MAY_CHANGE = "may change"   # where and how long the run goes on, not what it computes: taken, and printed
 LAUNCH = "launch"           # how the processes were started: always the command line's
 FIXED = "fixed"             # what the run computes: refused
+RESTORED = "restored"       # how the run computes, to the last bit: the run's own unless given again; another
+                            # value is taken, with a warning that the results then differ in their last bits
 
 
 def option(default, kind: str, help: str, *, resume: str = FIXED, capsnet_only: bool = False, study: bool = True,
@@ -148,6 +151,11 @@ class TrainingConfig(MappingView):
                                                         "or TF32 tensor cores (high, PyTorch's default for cuDNN "
                                                         "convolutions); the CPU always computes in float32",
                                    choices=PRECISIONS)
+    threads: int = option(None, "int", "engine and BLAS threads of the run (default: $TINYGRAD_CAPS_NUM_THREADS, "
+                                       "else BLAS's own: $OPENBLAS_NUM_THREADS, $OMP_NUM_THREADS or the CPUs); "
+                                       "recorded in config.json and restored by --resume, since BLAS's sums round "
+                                       "by their thread count", optional=True, low=1,
+                          high=MAX_THREADS, resume=RESTORED, study=False, metavar="N")
     limit_train: int = option(None, "int", "the first N training images only", optional=True, low=1)
     limit_test: int = option(None, "int", "the first N test images only", optional=True, low=1)
     log_gradflow: int = option(None, "int", "every N batches, append that batch's routing statistics and "
@@ -257,6 +265,7 @@ def _json(value):
 
 
 MAY_CHANGE_ON_RESUME = TrainingConfig.option_keys(resume=MAY_CHANGE)
+RESTORED_ON_RESUME = TrainingConfig.option_keys(resume=RESTORED)
 LAUNCH_OPTIONS = TrainingConfig.option_keys(resume=LAUNCH)
 CAPSULE_TRAINING_OPTIONS = TrainingConfig.option_keys(capsnet_only=True)
 STUDY_OPTIONS = TrainingConfig.option_keys(study=True)

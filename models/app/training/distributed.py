@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shlex
 import signal
 import sys
 
@@ -119,6 +120,12 @@ class DistributedTrainer(Trainer):
                 self._check_finite_weights(f"not saving {path}")
         finally:
             self.state["sums"] = local
+
+    def resume_command(self) -> str:
+        """The command that continues this run: on as many processes, with the same launch options."""
+        launch = " --sync-batchnorm" if self.config.sync_batchnorm else ""
+        return (f"mpirun -n {self.shard[1]} tinygrad-caps train --distributed{launch} --resume --out "
+                f"{shlex.quote(str(self.out_dir))}")
 
     def restore(self, checkpoint):
         super().restore(checkpoint)

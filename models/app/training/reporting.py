@@ -63,3 +63,9 @@ def report(exc: BaseException, command: str, debug: bool, stream=None) -> int:
     print(f"tinygrad-caps {command}: internal error ({type(exc).__name__}): this is a bug in tinygrad-caps; "
           "please report it with the traceback above and the command line", file=stream)
     return EXIT_BUG
+
+
+def plural(count, word: str) -> str:
+    """"1 epoch", "3 epochs", "0.5 minutes": ``count`` and ``word``, plural unless ``count`` is 1."""
+    shown = f"{count:g}" if isinstance(count, float) else str(count)
+    return f"{shown} {word}{'' if count == 1 else 's'}"

@@ -8,8 +8,10 @@ given with another value is refused in one line naming it and both values, excep
 ``--epochs`` (extend or shorten the run), ``--device``, ``--data-dir`` (the same data, elsewhere),
 ``--log-gradflow``, ``--log-mode-cosine``, ``--tensorboard`` and ``--cuda-graph`` (a captured step
 computes exactly what the eager one does).
-Their new values are written to ``config.json``, and the change is printed. Each option's rule is
-its field's ``resume`` in ``TrainingConfig``.
+Their new values are written to ``config.json``, and the change is printed. ``--threads``
+(``RESTORED_ON_RESUME``) is the run's own unless given again; another value is taken, and the
+Trainer warns that the results then differ in their last bits. Each option's rule is its field's
+``resume`` in ``TrainingConfig``.
 ``--distributed`` and ``--sync-batchnorm`` describe the launch and are taken from the command line.
 
 Options that only a CapsNet has are refused with ``--model cnn`` (``capsule_only_options``), and
@@ -23,11 +25,13 @@ from pathlib import Path
 
 from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS
 from ...errors import UsageError
-from .config import CAPSULE_TRAINING_OPTIONS, LAUNCH_OPTIONS, MAY_CHANGE_ON_RESUME  # derived from TrainingConfig
+from .config import (CAPSULE_TRAINING_OPTIONS, LAUNCH_OPTIONS, MAY_CHANGE_ON_RESUME,  # derived from TrainingConfig
+                     RESTORED_ON_RESUME, TrainingConfig)
 from .run_folder import RunFolder
 
 # what a command line holds beside a run's options (never written to config.json)
-NOT_RUN_OPTIONS = ("command", "out", "resume", "no_progress", "profile", "debug", "explicit", "command_line")
+NOT_RUN_OPTIONS = ("command", "out", "resume", "resume_or_start", "no_progress", "profile", "debug", "explicit",
+                   "command_line")
 
 _UNSET = object()
 
@@ -89,11 +93,14 @@ def read_json_object(path: Path, unreadable: str, not_an_object: str):
     return saved
 
 
-def resumed_options(given: dict, explicit: set, saved: dict, log=None) -> dict:
+def resumed_options(given: dict, explicit: set, saved: dict, log=None, may_change=None, what: str = "run") -> dict:
     """The options a resumed run trains with: ``saved`` (the run's own), with the options in
-    ``explicit`` taken from ``given`` where they may change (``MAY_CHANGE_ON_RESUME``) or agree.
+    ``explicit`` taken from ``given`` where they may change (``MAY_CHANGE_ON_RESUME``, and
+    ``RESTORED_ON_RESUME``, whose change the Trainer warns about) or agree.
 
-    Raises UsageError naming the first option given with a value the run cannot change.
+    Raises UsageError naming the first option given with a value the run cannot change; its list of
+    the options that may change is ``may_change`` (flags: the command's own, from its parser;
+    default: ``train``'s), and ``what`` names what continues ("run", "study").
     """
     log = log or print
     options = dict(given)
@@ -104,14 +111,21 @@ def resumed_options(given: dict, explicit: set, saved: dict, log=None) -> dict:
             continue  # config.json records the dataset's own image size; the option resizes image folders only
         if name not in explicit:
             options[name] = saved[name]
-        elif _normalized(value) != _normalized(saved[name]):
+        elif _normalized(value) != _normalized(saved[name]) and name not in RESTORED_ON_RESUME:
             if name not in MAY_CHANGE_ON_RESUME:
-                raise UsageError(f"--resume: {option_flag(name)} {_shown(value)} differs from the run's "
-                                 f"{_shown(saved[name])}; a run continues as it was configured (only "
-                                 f"{', '.join(map(option_flag, MAY_CHANGE_ON_RESUME))} may change): drop the "
-                                 f"option or start a new run with another --out")
+                listed = may_change if may_change is not None else train_may_change_on_resume()
+                raise UsageError(f"--resume: {option_flag(name)} {_shown(value)} differs from the {what}'s "
+                                 f"{_shown(saved[name])}; a {what} continues as it was configured (only "
+                                 f"{', '.join(listed)} may change): drop the option or start a new {what} with "
+                                 "another --out")
             log(f"--resume: {option_flag(name)} changes from {_shown(saved[name])} to {_shown(value)}")
     return options
+
+
+def train_may_change_on_resume() -> list:
+    """The flags of the training options that ``train --resume`` takes with another value."""
+    return [option_flag(name) for name in TrainingConfig.option_keys()
+            if name in MAY_CHANGE_ON_RESUME or name in RESTORED_ON_RESUME]
 
 
 def capsule_only_options(explicit: set, model_options) -> list:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -37,18 +38,20 @@ from ...analysis.gradflow import mode_gradient_cosines, supported_modes
 from ...capsnet.model import CapsNet
 from ...errors import TrainingDiverged, UsageError
 from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
-from .checkpoints import build_model
+from .checkpoints import build_model, check_model_options
 from .config import TrainingConfig
 from .device_sums import DeviceSums
 from .gradflow_log import GradflowLog, keep_gradflow_through_step
 from .option_checks import device_or_usage_error
 from .progress import progress_bar as _progress
+from .reporting import plural
 from .resources import check_fits
 from .run_folder import RunFolder
 from .run_options import option_flag
 from .run_state import (Interrupted, StopSignals, TimeLimitReached, append_metrics_line, crash_point,
                         keep_metrics_through_epoch, remove_stale_temporaries, write_text_atomically)
 from .tensorboard_log import TensorBoardLog, TensorBoardUnavailable
+from .threads import default_threads, run_threads
 
 
 def batch_losses(model, x, y, reconstruction_weight, train: bool, traces=None):
@@ -146,6 +149,7 @@ class Trainer:
         self.last_path = self.folder.last
         self.signals, self.folder_ready, self.stdout_closed = StopSignals(), False, False
         device = device_or_usage_error(config.device)
+        check_model_options(config.to_dict())  # options that do not go together: refused before the data loads
         # The registry gives the geometry and preprocessing; image_size and channels choose an image folder's.
         self.spec = dataset_spec(config.dataset, config.data_dir, config.image_size, config.channels)
         self.train_images, self.train_labels = limited(*self.spec.load("train", config.data_dir), config.limit_train)
@@ -164,6 +168,7 @@ class Trainer:
         checkpoint = self._load_checkpoint() if self.resuming else None
         if self.resuming:
             self._keep_checkpoint_model_options(checkpoint["config"])
+        self.config = self.config.replace(threads=self._thread_count(checkpoint))
         if self.config.model == "capsnet":
             check_fits(self.config.to_dict(), min(config.batch_size, len(self.train_labels)), config.dtype)
         tc.manual_seed(config.seed)
@@ -369,6 +374,19 @@ class Trainer:
             return f"the last good checkpoint {self.last_path} is kept"
         return "no checkpoint was written"
 
+    def _thread_count(self, checkpoint) -> int:
+        """The threads the run computes with: the config's, else (on resume) the checkpoint's, else
+        ``default_threads()``. A resumed run given another count than it trained with is warned that
+        its results will differ in their last bits from a run never stopped."""
+        saved = (checkpoint or {}).get("config", {}).get("threads")
+        if self.config.threads is None:
+            return saved or default_threads()
+        if saved and saved != self.config.threads:
+            self._say(f"warning: {self.out_dir} trained with {plural(saved, 'thread')} and continues with "
+                      f"{self.config.threads}: BLAS then sums in another order, so its results will differ in "
+                      f"their last bits from a run never stopped (--threads {saved} keeps them identical)")
+        return self.config.threads
+
     def _keep_checkpoint_model_options(self, saved: dict):
         """On resume the model is the checkpoint's: a model option that ``config`` leaves unset is
         taken from it, and one set to another value is refused (UsageError naming both values)."""
@@ -404,7 +422,7 @@ class Trainer:
         self.state = progress
         self.resumed_step = self._global_step()  # the gradflow log is cut back to it
         if self.state["epoch"] >= self.config.epochs:
-            self._say(f"{self.out_dir} has trained its {self.state['epoch']} epochs: nothing to train "
+            self._say(f"{self.out_dir} has trained its {plural(self.state['epoch'], 'epoch')}: nothing to train "
                       f"(--epochs N with N > {self.state['epoch']} extends it)")
         else:
             self._say(f"resuming {self.out_dir} at epoch {self.state['epoch'] + 1}, batch {self.state['step']}")
@@ -422,7 +440,8 @@ class Trainer:
         previous = tc.get_matmul_precision()
         tc.set_matmul_precision(self.config.matmul_precision)
         try:
-            return self._run()
+            with run_threads(self.config.threads):
+                return self._run()
         finally:
             tc.set_matmul_precision(previous)
             if self.tensorboard is not None:
@@ -443,10 +462,14 @@ class Trainer:
                     self.save(self.last_path)
                 why = "time limit reached" if isinstance(exc, TimeLimitReached) else "interrupted"
                 print(f"{why}: saved {self.last_path} (epoch {self.state['epoch'] + 1}, batch "
-                      f"{self.state['step']}); continue with --resume --out {self.out_dir}", file=sys.stderr)
+                      f"{self.state['step']}); continue with: {self.resume_command()}", file=sys.stderr)
                 raise exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT) from None
         self.ensure_run_folder()
         return history
+
+    def resume_command(self) -> str:
+        """The command that continues this run (its options come from its config.json)."""
+        return f"tinygrad-caps train --resume --out {shlex.quote(str(self.out_dir))}"
 
     def _check_gradients(self) -> None:
         """After each backward: nothing to check on one process (see DistributedTrainer)."""
