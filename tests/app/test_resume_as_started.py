@@ -156,14 +156,15 @@ def test_study_resume_refuses_another_lr_with_the_study_s_own_list(tmp_path, dat
 
 
 def test_the_continue_command_repeats_the_scheduling_options_given():
-    plan = {"study": "depth", "tensorboard_out": "tb dir"}
+    from tinygrad_caps.models.app.studies.plan import PlannedConfig, PlannedRun, StudyPlan
+
+    plan = StudyPlan(study="depth", epochs=1, seeds=[0], options={}, tensorboard_out="tb dir",
+                     configs=[PlannedConfig("a", {}, [PlannedRun("a", 0, "runs/a/seed-0")])])
     args = type("Args", (), dict(jobs=2, threads_per_run=1, executor="local", devices=None, runs_per_device=None,
                                  ray_address=None, cpus_per_run=None, gpus_per_run=None, max_retries=5))()
     words = study_command.scheduling_words(args, {"jobs", "threads_per_run", "max_retries"})
     assert words == ["--jobs", "2", "--threads-per-run", "1", "--max-retries", "5"]
-    from tinygrad_caps.models.app.studies.runner import continue_command
-
-    assert continue_command(plan, "runs/d e", words) == ("tinygrad-caps study run depth --out 'runs/d e' --resume "
+    assert plan.continue_command("runs/d e", words) == ("tinygrad-caps study run depth --out 'runs/d e' --resume "
                                                          "--tensorboard-out 'tb dir' --jobs 2 --threads-per-run 1 "
                                                          "--max-retries 5")
 

@@ -16,7 +16,7 @@ from cli_helpers import TINY, tiny_data_dir
 from helpers import metrics_without_times
 from tinygrad_caps.models import cli
 from tinygrad_caps.models.app.cli import study as study_command
-from tinygrad_caps.models.app.studies import registry as study_registry, runner as study_runner
+from tinygrad_caps.models.app.studies import driver as study_driver, registry as study_registry
 from tinygrad_caps.models.app.training import trainer as training
 from tinygrad_caps.models.app.studies.registry import STUDIES, register_study
 from tinygrad_caps.models.app.studies.summary import line_figures
@@ -159,7 +159,7 @@ def test_max_minutes_stops_at_a_batch_boundary_and_resume_ends_as_an_unstopped_s
     assert study("conventions", whole, data, *common[2:]) == 0
     clock = iter(range(10 ** 9))  # one second per reading of the study's and the trainer's clock
     fake_time = types.SimpleNamespace(monotonic=lambda: float(next(clock)), perf_counter=time.perf_counter)
-    for module in (study_command, study_runner, training):
+    for module in (study_command, study_driver, training):
         monkeypatch.setattr(module, "time", fake_time)
     assert study("conventions", cut, data, *common[2:], "--max-minutes", "0.25") == 75  # 15 readings: mid run 2
     printed = capsys.readouterr()
@@ -280,12 +280,21 @@ def test_the_routing_ablation_trains_the_cnn_beside_the_capsnets(tmp_path, data)
 
 
 def test_a_study_wide_model_option_reaches_every_run(registry):
+    from tinygrad_caps.models.app.studies.plan import PlannedConfig, PlannedRun, StudyPlan
+
     register_study("cnn-only", {"small": {"cnn_hidden": [4, 4]}}, varies="nothing", epochs=1, seeds=1,
                    options={"model": "cnn"})
-    plan = {"options": {"model": "cnn", "cnn_channels": [2, 2, 2]}, "epochs": 1}
-    options = study_runner.run_config(plan, {"options": {"cnn_hidden": [4, 4]}}, seed=0)
-    assert options["model"] == "cnn" and options["cnn_hidden"] == [4, 4]
-    assert study_runner.run_config({"options": {}, "epochs": 1}, {"options": {}}, seed=0)["model"] == "capsnet"
+
+    def plan(options, config_options):
+        run = PlannedRun("small", 0, "runs/small/seed-0")
+        return StudyPlan(study="cnn-only", epochs=1, seeds=[0], options=options,
+                         configs=[PlannedConfig("small", config_options, [run])]), run
+
+    cnn, run = plan({"model": "cnn", "cnn_channels": [2, 2, 2]}, {"cnn_hidden": [4, 4]})
+    config = cnn.run_config(run).to_dict()
+    assert config["model"] == "cnn" and config["cnn_hidden"] == [4, 4] and config["cnn_channels"] == [2, 2, 2]
+    capsnet, run = plan({}, {})
+    assert capsnet.run_config(run).model == "capsnet"
 
 
 def test_resume_never_adopts_run_folders_of_no_study(tmp_path, data, capsys):
@@ -331,14 +340,14 @@ def test_the_tensorboard_export_is_kept_in_the_plan_and_done_when_the_study_is_c
     out, tb = tmp_path / "cut", tmp_path / "tb"
     clock = iter(range(10 ** 9))  # one second per reading of the clocks: the study stops within its first runs
     fake_time = types.SimpleNamespace(monotonic=lambda: float(next(clock)), perf_counter=time.perf_counter)
-    for module in (study_command, study_runner, training):
+    for module in (study_command, study_driver, training):
         monkeypatch.setattr(module, "time", fake_time)
     assert study("conventions", out, data, "--seed-list", "5", "--epochs", "2", "--tensorboard-out", str(tb),
                  "--max-minutes", "0.1") == 75
     printed = capsys.readouterr().out
     assert read_json(out / "study.json")["tensorboard_out"] == str(tb)
     assert f"continue with: tinygrad-caps study run conventions --out {out} --resume --tensorboard-out {tb}" in printed
-    for module in (study_command, study_runner, training):
+    for module in (study_command, study_driver, training):
         monkeypatch.setattr(module, "time", time)
     exported.clear()
     assert cli.main(["study", "run", "conventions", "--out", str(out), "--resume", "--no-progress"]) == 0
@@ -539,11 +548,11 @@ def test_the_lock_is_released_on_an_error_and_on_ctrl_c(study_copy, monkeypatch)
 
     resume = ["study", "run", "gradient-modes", "--out", str(study_copy), "--resume", "--no-progress"]
     for stop, status in ((UsageError("stopped"), 2), (KeyboardInterrupt(), 130)):
-        def train_runs(*args, stop=stop, **kwargs):
+        def drive_runs(*args, stop=stop, **kwargs):
             assert (study_copy / "study.lock").exists()
             raise stop
 
-        monkeypatch.setattr(study_command, "train_runs", train_runs)
+        monkeypatch.setattr(study_command, "drive_runs", drive_runs)
         assert cli.main(resume) == status
         assert not (study_copy / "study.lock").exists()
 

@@ -4,7 +4,6 @@ sequential study's; a Ray worker SIGKILLed mid-epoch is retried by Ray and its r
 killed; an address where no Ray answers, and a node that cannot see the study folder, are one-line
 errors with nothing created; without Ray installed, the error says how to install it."""
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -33,8 +32,10 @@ def free_port():
 
 
 def ray_command(*args, check=True):
-    ray_cli = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
-    return subprocess.run([ray_cli, *args], capture_output=True, text=True, timeout=180, check=check)
+    """``ray ARGS`` run by this Python, so that a cluster it starts runs its tasks with this Python (and
+    this tree's code), not with the interpreter of whichever ``ray`` comes first on PATH."""
+    return subprocess.run([sys.executable, "-m", "ray.scripts.scripts", *args], capture_output=True, text=True,
+                          timeout=180, check=check)
 
 
 def test_a_local_ray_gives_the_files_of_the_sequential_study(

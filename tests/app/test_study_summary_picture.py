@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tinygrad_caps.models.analysis.confidence import mean_and_spread
+from tinygrad_caps.models.app.studies.plan import StudyPlan
 from tinygrad_caps.models.app.studies.summary import study_classes, summarize
 
 pytest.importorskip("matplotlib")
@@ -124,7 +125,7 @@ def test_no_chance_line_without_a_number_of_classes_nor_on_an_empty_panel():
 
 def write_study(out, classes_by_run):
     """A study folder by hand: study.json and, per run, config.json (``num_classes`` or none) and a
-    finished epoch in metrics.jsonl."""
+    finished epoch in metrics.jsonl; returns its plan (a StudyPlan)."""
     configs = []
     for k, classes in enumerate(classes_by_run):
         path = f"runs/c{k}/seed-0"
@@ -136,7 +137,7 @@ def write_study(out, classes_by_run):
         configs.append({"config_id": f"c{k}", "options": {"digit_dim": 4 + k}, "runs": [{"seed": 0, "path": path}]})
     plan = {"study": "made-up", "options": {}, "seeds": [0], "epochs": 1, "configs": configs}
     (out / "study.json").write_text(json.dumps(plan))
-    return plan
+    return StudyPlan.from_json(plan)
 
 
 @pytest.mark.parametrize("classes_by_run, expected", [([10, 10], 10), ([3, None], 3), ([10, 3], None),

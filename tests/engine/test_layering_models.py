@@ -95,6 +95,37 @@ def test_a_room_of_app_imports_no_room_above_it(room, forbidden):
     assert not {m: t for m, t in wrong.items() if t}
 
 
+STUDIES = f"{PACKAGE}.app.studies"
+# The floors of models/app/studies/, lowest first: a module imports only modules of the floors below its
+# own. At the bottom what knows the files (the folder's layout, the plan file's checks, the outcomes) and
+# what is declared (the registry, the placement); then the plan and the locks; one run's task; the
+# processes and executors that train runs (none importing the driver or the runner); the one scheduling
+# loop and the choice of executor; the orchestration of a call; the summary above everything it reads.
+STUDIES_FLOORS = (
+    ("folder", "outcome", "plan_file", "placement", "registry", "run_checks", "study_progress"),
+    ("lock", "plan"),
+    ("run_task",),
+    ("worker", "in_process_executor", "local_executor", "ray_executor"),
+    ("executors", "driver"),
+    ("runner",),
+    ("summary",),
+)
+
+
+def test_the_studies_room_imports_downward_floor_by_floor():
+    folder = MODELS / "app" / "studies"
+    floors = {module: level for level, modules in enumerate(STUDIES_FLOORS) for module in modules}
+    modules = {path.stem for path in folder.glob("*.py")} - {"__init__"}
+    assert modules == set(floors), "place a new module of app/studies/ on a floor of STUDIES_FLOORS"
+    for module, level in floors.items():
+        siblings = {name[len(STUDIES) + 1:].split(".")[0] for name in imported_modules(folder / f"{module}.py", STUDIES)
+                    if name.startswith(STUDIES + ".")}
+        above = sorted(s for s in siblings if floors.get(s, len(STUDIES_FLOORS)) >= level)
+        assert not above, f"app/studies/{module}.py imports {above}, on its floor or above it"
+    executors = STUDIES_FLOORS[3]
+    assert all(floors["driver"] > floors[e] and floors["runner"] > floors[e] for e in executors)
+
+
 def test_app_holds_only_its_three_rooms():
     modules = {p.name for p in (MODELS / "app").iterdir() if p.name != "__pycache__"}
     assert modules == {"__init__.py", "cli", "studies", "training"}, "put a new module of app/ into its room"

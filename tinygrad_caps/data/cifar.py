@@ -92,10 +92,8 @@ def load_cifar10(split: str = "train", data_dir=None, download_missing: bool | N
         raise ValueError(f"load_cifar10: split must be 'train' or 'test', got {split!r}")
     source = _find_source(split, data_dir)
     if source is None:
-        where = Path(data_dir) if data_dir is not None else cache_root() / "cifar10"
-        hint = f"  put {ARCHIVE} (from {URL}) into {where} (or pass --data-dir)"  # read after "; " by the CLI
-        if not (downloads_allowed() if download_missing is None else download_missing):
-            raise DatasetError(f"dataset 'cifar10' not found (downloads are off)\n{hint}")
+        hint = _hint(data_dir)
+        _check_downloadable(data_dir, download_missing)
         try:
             source = download_cifar10(cache_root() / "cifar10")
         except DatasetError as exc:
@@ -104,6 +102,24 @@ def load_cifar10(split: str = "train", data_dir=None, download_missing: bool | N
         parts = [parse_cifar_records((source / name).read_bytes(), str(source / name)) for name in SPLIT_MEMBERS[split]]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     return read_cifar_archive(source, split)
+
+
+def check_cifar10_available(split: str = "train", data_dir=None, download_missing: bool | None = None) -> None:
+    """DatasetError, as loading would raise it, where no searched folder holds ``split`` of CIFAR-10
+    and it may not be downloaded; nothing is read or downloaded."""
+    if _find_source(split, data_dir) is None:
+        _check_downloadable(data_dir, download_missing)
+
+
+def _hint(data_dir) -> str:
+    where = Path(data_dir) if data_dir is not None else cache_root() / "cifar10"
+    return f"  put {ARCHIVE} (from {URL}) into {where} (or pass --data-dir)"  # read after "; " by the CLI
+
+
+def _check_downloadable(data_dir, download_missing) -> None:
+    """DatasetError where CIFAR-10 is missing and downloads are off."""
+    if not (downloads_allowed() if download_missing is None else download_missing):
+        raise DatasetError(f"dataset 'cifar10' not found (downloads are off)\n{_hint(data_dir)}")
 
 
 def download_cifar10(target: Path) -> Path:

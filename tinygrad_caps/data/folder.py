@@ -37,6 +37,12 @@ def _split_dir(root, split: str) -> Path:
     return folder
 
 
+def check_image_folder_split(root, split: str) -> None:
+    """DatasetError, as loading would raise it, where the image folder ``root`` has no ``split``
+    folder; no image is read."""
+    _split_dir(root, split)
+
+
 def folder_classes(root) -> list[str]:
     """The class names of an image folder: the sorted sub-folders of ``root/train``."""
     classes = sorted(p.name for p in _split_dir(root, "train").iterdir() if p.is_dir())

@@ -167,18 +167,30 @@ def _split_files(name, split, data_dir, download_missing):
         raise ValueError(f"load_dataset: split must be 'train' or 'test', got {split!r}")
     folder = find_dataset_dir(name, data_dir)
     if folder is None:
-        if name not in KNOWN:
-            from .registry import unknown_dataset_reason  # (the registry imports this module)
-
-            raise DatasetError(_missing_message(name, data_dir, f"{unknown_dataset_reason(name)}; and no folder "
-                                                                "holds its files as an IDX dataset"))
-        if not (downloads_allowed() if download_missing is None else download_missing):
-            raise DatasetError(_missing_message(name, data_dir, "downloads are off"))
+        _check_downloadable(name, data_dir, download_missing)
         try:
             folder = download(name, cache_root() / name)
         except DatasetError as exc:
             raise DatasetError(_missing_message(name, data_dir, f"offline or the mirrors failed: {exc}")) from exc
     return tuple(_find_file(folder, stem) for stem in SPLIT_FILES[split])
+
+
+def check_idx_available(name: str, data_dir=None, download_missing: bool | None = None) -> None:
+    """DatasetError, as loading would raise it, where no folder holds the IDX files of ``name`` and
+    they may not be downloaded; nothing is read or downloaded."""
+    if find_dataset_dir(name, data_dir) is None:
+        _check_downloadable(name, data_dir, download_missing)
+
+
+def _check_downloadable(name, data_dir, download_missing) -> None:
+    """DatasetError unless the missing dataset ``name`` is a known one that may be downloaded."""
+    if name not in KNOWN:
+        from .registry import unknown_dataset_reason  # (the registry imports this module)
+
+        raise DatasetError(_missing_message(name, data_dir, f"{unknown_dataset_reason(name)}; and no folder "
+                                                            "holds its files as an IDX dataset"))
+    if not (downloads_allowed() if download_missing is None else download_missing):
+        raise DatasetError(_missing_message(name, data_dir, "downloads are off"))
 
 
 def load_mnist(split: str = "train", data_dir=None, download_missing: bool | None = None):

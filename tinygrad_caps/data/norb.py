@@ -222,6 +222,19 @@ def _missing(split: str, data_dir, reason: str) -> str:
             f"(or pass --data-dir); they are at {MIRROR}")
 
 
+def check_smallnorb_available(split: str = "train", data_dir=None, download_missing: bool | None = None) -> None:
+    """DatasetError, as loading would raise it, where no searched folder holds ``split`` of
+    smallNORB and it may not be downloaded; nothing is read or downloaded."""
+    if find_smallnorb_dir(split, data_dir) is None:
+        _check_downloadable(split, data_dir, download_missing)
+
+
+def _check_downloadable(split: str, data_dir, download_missing) -> None:
+    """DatasetError where ``split`` of smallNORB is missing and downloads are off."""
+    if not (downloads_allowed() if download_missing is None else download_missing):
+        raise DatasetError(_missing(split, data_dir, "downloads are off"))
+
+
 def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool | None = None):
     """smallNORB images downsampled to 48x48, the two stereo views as channels, and labels.
 
@@ -233,8 +246,7 @@ def load_smallnorb(split: str = "train", data_dir=None, download_missing: bool |
         raise ValueError(f"load_smallnorb: split must be 'train' or 'test', got {split!r}")
     folder = find_smallnorb_dir(split, data_dir)
     if folder is None:
-        if not (downloads_allowed() if download_missing is None else download_missing):
-            raise DatasetError(_missing(split, data_dir, "downloads are off"))
+        _check_downloadable(split, data_dir, download_missing)
         try:
             folder = download_smallnorb(split, cache_root() / "smallnorb")
         except DatasetError as exc:

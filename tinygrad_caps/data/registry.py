@@ -15,9 +15,9 @@ import numpy as np
 
 from . import cifar, norb
 from .errors import DatasetError, DatasetOptionError
-from .folder import folder_classes, load_image_folder
+from .folder import check_image_folder_split, folder_classes, load_image_folder
 from .labels import class_count, require_examples
-from .mnist import KNOWN, idx_image_shape, load_idx_dataset, load_idx_labels
+from .mnist import KNOWN, check_idx_available, idx_image_shape, load_idx_dataset, load_idx_labels
 from .preprocess import UNIT_SCALE, Preprocess
 
 # Hinton, Sabour and Frosst (2018), "Matrix capsules with EM routing", section 5 (smallNORB): "We
@@ -46,6 +46,8 @@ class DatasetSpec:
             image_size, image_size), with random crops/jitter in training only.
         augment: the default training augmentation of ``BatchIterator`` (None, "shift", "shift+flip").
         loader: (split, data_dir, download_missing) -> (uint8 images, int64 labels) as stored.
+        available: (split, data_dir, download_missing) -> None; the DatasetError ``loader`` would
+            raise where the split's files are not where it looks (``check_available``).
     """
 
     name: str
@@ -56,6 +58,7 @@ class DatasetSpec:
     test_preprocess: Preprocess
     augment: str | None
     loader: Callable
+    available: Callable | None = None
 
     @property
     def num_classes(self) -> int:
@@ -78,6 +81,13 @@ class DatasetSpec:
             raise DatasetError(f"dataset {self.name!r} ({split}): label {int(labels.max())} is out of range "
                                f"0..{self.num_classes - 1}")
         return images, labels
+
+    def check_available(self, data_dir=None, download_missing: bool | None = None) -> None:
+        """The DatasetError ``load`` would raise where a split's files are not where it looks for
+        them and may not be downloaded; nothing is read or downloaded (a run's checks before its data)."""
+        if self.available is not None:
+            for split in ("train", "test"):
+                self.available(split, data_dir, download_missing)
 
     def preprocess(self, images, train: bool = False, rng: np.random.Generator | None = None) -> np.ndarray:
         """Stored uint8 (N, C, H, W) -> the model's float32 input (N, channels, image_size, image_size)."""
@@ -105,7 +115,8 @@ def _idx_spec(name, data_dir, image_size, channels):
     if info is not None:
         _fixed_geometry(name, 1, 28, image_size, channels)
         return DatasetSpec(name, tuple(info["classes"]), 1, 28, UNIT_SCALE, UNIT_SCALE, "shift",
-                           lambda split, d, dl: load_idx_dataset(name, split, d, dl))
+                           lambda split, d, dl: load_idx_dataset(name, split, d, dl),
+                           lambda split, d, dl: check_idx_available(name, d, dl))
     # Any other name: a folder of the four IDX files, its geometry read from the files themselves
     # (the images' header; their data is read once, by the spec's load)
     _, found_channels, height, width = idx_image_shape(name, "train", data_dir)
@@ -115,19 +126,22 @@ def _idx_spec(name, data_dir, image_size, channels):
     _fixed_geometry(name, found_channels, height, image_size, channels)
     num_classes = class_count(name, train_labels, test_labels)  # 0..K-1, every class present in training
     return DatasetSpec(name, tuple(str(k) for k in range(num_classes)), found_channels, height, UNIT_SCALE,
-                       UNIT_SCALE, "shift", lambda split, d, dl: load_idx_dataset(name, split, d, dl))
+                       UNIT_SCALE, "shift", lambda split, d, dl: load_idx_dataset(name, split, d, dl),
+                       lambda split, d, dl: check_idx_available(name, d, dl))
 
 
 def _smallnorb_spec(name, data_dir, image_size, channels):
     _fixed_geometry(name, 2, 32, image_size, channels)
     return DatasetSpec(name, norb.CLASSES, 2, 32, NORB_TRAIN, NORB_TEST, None,
-                       lambda split, d, dl: norb.load_smallnorb(split, d, dl))
+                       lambda split, d, dl: norb.load_smallnorb(split, d, dl),
+                       lambda split, d, dl: norb.check_smallnorb_available(split, d, dl))
 
 
 def _cifar10_spec(name, data_dir, image_size, channels):
     _fixed_geometry(name, 3, 24, image_size, channels)
     return DatasetSpec(name, cifar.CLASSES, 3, 24, CIFAR_TRAIN, CIFAR_TEST, None,
-                       lambda split, d, dl: cifar.load_cifar10(split, d, dl))
+                       lambda split, d, dl: cifar.load_cifar10(split, d, dl),
+                       lambda split, d, dl: cifar.check_cifar10_available(split, d, dl))
 
 
 def _imagefolder_spec(name, data_dir, image_size, channels):
@@ -140,7 +154,8 @@ def _imagefolder_spec(name, data_dir, image_size, channels):
     root = data_dir
     classes = tuple(folder_classes(root))
     return DatasetSpec(name, classes, channels, image_size, UNIT_SCALE, UNIT_SCALE, "shift",
-                       lambda split, d, dl: load_image_folder(root if d is None else d, split, image_size, channels))
+                       lambda split, d, dl: load_image_folder(root if d is None else d, split, image_size, channels),
+                       lambda split, d, dl: check_image_folder_split(root if d is None else d, split))
 
 
 # The datasets whose geometry --image-size and --channels choose; every other one has its own.

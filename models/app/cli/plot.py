@@ -11,7 +11,8 @@ from ..training.output_paths import check_picture_path, picture_help
 from ..training.run_folder import RunFolder
 from ..training.tensorboard_log import export_tensorboard
 from ..training.run_logs import read_gradflow, read_metrics
-from ..studies.runner import read_study
+from ..studies.folder import StudyFolder
+from ..studies.plan import StudyPlan
 
 
 def plot_run(run_dir, out=None) -> Path:
@@ -45,19 +46,18 @@ def run_name(run_dir) -> str:
     gradient-modes"."""
     run_dir = Path(run_dir).absolute()
     name = run_dir.name
-    if len(run_dir.parents) < 3 or run_dir.parents[1].name != "runs":
+    study = StudyFolder.around(run_dir)
+    if study is None:
         return name
     try:
-        plan = read_study(run_dir.parents[2])
+        plan = StudyPlan.load(study)
     except UsageError:  # an unreadable study.json costs the title its configuration, not the picture
         return name
-    relative = run_dir.relative_to(run_dir.parents[2]).as_posix()
-    for config in (plan or {}).get("configs", ()):
-        if isinstance(config, dict) and any(isinstance(run, dict) and run.get("path") == relative
-                                            for run in config.get("runs", ())):
-            options = ", ".join(f"{k}={json.dumps(v)}" for k, v in (config.get("options") or {}).items())
-            return (f"{name}: configuration {config.get('config_id')}" + (f" ({options})" if options else "")
-                    + f" of study {plan.get('study')}")
+    for config in plan.configs if plan is not None else ():
+        if any(study.run(run.config_id, run.seed).path == run_dir for run in config.runs):
+            options = ", ".join(f"{k}={json.dumps(v)}" for k, v in config.options.items())
+            return (f"{name}: configuration {config.config_id}" + (f" ({options})" if options else "")
+                    + f" of study {plan.study}")
     return name
 
 

@@ -1,5 +1,6 @@
 """``tinygrad-caps study list | run NAME | summary DIR``: the registered studies, training one over
-its configurations and seeds (``study_runner``), and its summary (``study_summary``)."""
+its configurations and seeds (``studies.runner``, ``studies.driver``), and its summary
+(``studies.summary``)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,15 +11,15 @@ from pathlib import Path
 from ...errors import UsageError
 from ..training.option_checks import check_out_folder, positive_float
 from ..training.progress import bars_wanted
-from ..training.run_folder import RunFolder
 from ..studies.registry import MAX_DEPTH, STUDIES, get_study
 from ..studies.driver import drive_runs, print_failures
 from ..studies.executors import executor_for
-from ..studies.lock import LOCK_FILE, study_lock
+from ..studies.folder import StudyFolder
+from ..studies.lock import study_lock
+from ..studies.outcome import Outcome
 from ..studies.placement import EXECUTORS, SCHEDULING_OPTIONS, study_placement
-from ..studies.run_task import STUDY_FILE
-from ..studies.runner import (EXIT_TIME_LIMIT, STUDY_ONLY, check_plan_runs, continue_command, parse_seed_list,
-                            plan_study, read_study, train_runs, write_plan)
+from ..studies.plan import StudyPlan
+from ..studies.runner import STUDY_ONLY, parse_seed_list, plan_study
 from ..studies.summary import plural, summary_markdown, write_summary
 from ..training.config import STUDY_OPTIONS
 from ..training.run_options import option_flag
@@ -54,7 +55,8 @@ def add_arguments(parser) -> None:
                            help="seeds 0..N-1 (default: the study's)")
     seed_list = r.add_argument("--seed-list", default=None, metavar="S,S,...", help="these seeds instead of 0..N-1")
     r.add_argument("--max-minutes", type=positive_float, default=None, metavar="M",
-                   help="stop at the first batch boundary after M minutes, save, and say how to continue (exit 75)")
+                   help="stop at the first batch boundary after M minutes, save, and say how to continue "
+                        f"(exit {Outcome.STOPPED.exit_code})")
     resume = r.add_mutually_exclusive_group()
     resume.add_argument("--resume", action="store_true",
                         help="continue the study in --out: finished runs are skipped, interrupted ones continue "
@@ -115,19 +117,18 @@ def run(args) -> int:
 
 
 def export_study_tensorboard(out, folder) -> list:
-    """Export every run of the study in ``out`` that has logs (metrics.jsonl or gradflow.jsonl) as
-    TensorBoard event files in ``folder``/CONFIG/seed-S/, so TensorBoard shows one run per
-    configuration and seed; returns the folders written."""
-    plan = read_study(out)
+    """Export every run of the study in ``out`` (a StudyFolder or its path) that has logs
+    (metrics.jsonl or gradflow.jsonl) as TensorBoard event files in ``folder``/CONFIG/seed-S/, so
+    TensorBoard shows one run per configuration and seed; returns the folders written."""
+    study = StudyFolder.of(out)
+    plan = StudyPlan.load(study)
     if plan is None:
-        raise UsageError(f"{out} holds no study.json: not a study folder")
+        raise UsageError(f"{study} holds no study.json: not a study folder")
     written = []
-    for config in plan["configs"]:
-        for run in config["runs"]:
-            run_dir = Path(out) / run["path"]
-            logs = RunFolder(run_dir)
-            if logs.metrics.exists() or logs.gradflow.exists():
-                written.append(export_tensorboard(run_dir, Path(folder) / config["config_id"] / f"seed-{run['seed']}"))
+    for run in plan.runs():
+        logs = study.run(run.config_id, run.seed)
+        if logs.metrics.exists() or logs.gradflow.exists():
+            written.append(export_tensorboard(logs.path, Path(folder) / run.config_id / f"seed-{run.seed}"))
     return written
 
 
@@ -173,17 +174,16 @@ def study_parameters(args) -> dict:
 
 
 @contextlib.contextmanager
-def removed_if_refused(out):
-    """Where the block raises a UsageError, remove the study folder ``out`` if it holds nothing but
-    its lock (the refusal then leaves nothing behind once the lock is released)."""
+def removed_if_refused(folder: StudyFolder):
+    """Where the block raises a UsageError, remove the study ``folder`` if it holds nothing but its
+    lock (the refusal then leaves nothing behind once the lock is released)."""
     try:
         yield
     except UsageError:
-        folder = Path(out)
-        if {p.name for p in folder.iterdir()} <= {LOCK_FILE}:
-            (folder / LOCK_FILE).unlink(missing_ok=True)
+        if {p.name for p in folder.path.iterdir()} <= {folder.lock.name}:
+            folder.lock.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
-                folder.rmdir()
+                folder.path.rmdir()
         raise
 
 
@@ -197,42 +197,38 @@ def run_study(args) -> int:
     seeds = study_seeds(args)
     given = {k: v for k, v in vars(args).items() if k not in STUDY_ONLY}
     command = "tinygrad-caps " + shlex.join(getattr(args, "command_line", None) or ["study", "run", args.name])
+    folder = StudyFolder(args.out)
     # --resume-or-start: --resume where the folder holds a study, else a start (refused where it holds runs/)
-    resume = args.resume or (args.resume_or_start and (Path(args.out) / STUDY_FILE).is_file())
+    resume = args.resume or (args.resume_or_start and folder.holds_a_study())
     plan = plan_study(study, args.out, given, explicit - set(STUDY_ONLY), seeds=seeds, epochs=args.epochs,
                       parameters=study_parameters(args), resume=resume, command=command,
                       tensorboard_out=args.tensorboard_out, may_change=may_change_on_resume(run_parser()))
-    tensorboard_out = plan.get("tensorboard_out")
-    if tensorboard_out is not None and args.tensorboard_out is None:  # the saved one, checked as a given one is
-        check_out_folder(Path(tensorboard_out), resume=True, option="--tensorboard-out")
+    if plan.tensorboard_out is not None and args.tensorboard_out is None:  # the saved one, checked as a given one is
+        check_out_folder(Path(plan.tensorboard_out), resume=True, option="--tensorboard-out")
     placement = study_placement({key: getattr(args, key, None) for key in SCHEDULING_OPTIONS},
-                                plan["options"].get("device", "auto"))
-    resume_command = continue_command(plan, args.out, scheduling_words(args, explicit))
-    check_plan_runs(plan, args.out)  # every configuration, before anything is written
-    with executor_for(placement, args.out) as executor, study_lock(args.out):
-        if executor is not None:
-            with removed_if_refused(args.out):
-                executor.prepare()  # (Ray: can every node see the folder?)
-        write_plan(Path(args.out), plan)
+                                plan.options.get("device", "auto"))
+    resume_command = plan.continue_command(args.out, scheduling_words(args, explicit))
+    plan.check_runs()  # every configuration, before anything is written
+    show_progress = bars_wanted(args.no_progress)
+    with executor_for(placement, folder, show_progress=show_progress) as executor, study_lock(folder):
+        with removed_if_refused(folder):
+            executor.prepare()  # (Ray: can every node see the folder?)
+        plan.save(folder)
         deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
-        if executor is None:
-            result = train_runs(plan, args.out, deadline, show_progress=bars_wanted(args.no_progress),
-                                resume_command=resume_command)
-        else:
-            result = drive_runs(plan, args.out, executor, deadline, show_progress=bars_wanted(args.no_progress),
-                                max_retries=placement.max_retries if executor.retries_runs else 0,
-                                resume_command=resume_command)
-        report_summary(args.out, tensorboard_out)
-    if result["stopped"]:
-        print(f"stopped after {plural(args.max_minutes, 'minute')} with {result['finished']} of "
-              f"{plural(result['total'], 'run')} finished; continue with: {resume_command}")
-        return EXIT_TIME_LIMIT
-    if result["failed"]:
+        result = drive_runs(plan, folder, executor, deadline=deadline, show_progress=show_progress,
+                            max_retries=placement.max_retries if executor.retries_runs else 0,
+                            resume_command=resume_command)
+        report_summary(folder, plan.tensorboard_out)
+    if result.stopped:
+        print(f"stopped after {plural(args.max_minutes, 'minute')} with {result.finished} of "
+              f"{plural(result.total, 'run')} finished; continue with: {resume_command}")
+        return Outcome.STOPPED.exit_code
+    if result.failed:
         print_failures(result)
-        print(f"{plural(len(result['failed']), 'run')} failed, {result['finished']} of "
-              f"{plural(result['total'], 'run')} finished; retry the failed with: {resume_command}")
-        return 1
-    return 0
+        print(f"{plural(len(result.failed), 'run')} failed, {result.finished} of "
+              f"{plural(result.total, 'run')} finished; retry the failed with: {resume_command}")
+        return Outcome.FAILED.exit_code
+    return Outcome.FINISHED.exit_code
 
 
 def scheduling_words(args, explicit) -> list:

@@ -25,9 +25,9 @@ import uuid
 from pathlib import Path
 
 from ...errors import UsageError
+from ..training.run_folder import RunFolder
+from .folder import StudyFolder
 
-LOCK_FILE = "study.lock"
-RUN_LOCK_FILE = "run.lock"
 HEARTBEAT_SECONDS = 15.0
 STALE_AFTER_SECONDS = 120.0  # eight missed heartbeats: the holder's host is gone
 
@@ -42,20 +42,23 @@ class LockHeld(UsageError):
 
 @contextlib.contextmanager
 def study_lock(folder):
-    """Hold ``folder``/study.lock for the block (``folder`` is created); LockHeld (a UsageError)
-    naming the driver that holds it already."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    with held_lock(Path(folder) / LOCK_FILE, "is being run by another study run") as path:
+    """Hold DIR/study.lock of ``folder`` (a StudyFolder, or its path; created) for the block;
+    LockHeld (a UsageError) naming the driver that holds it already."""
+    folder = StudyFolder.of(folder)
+    folder.path.mkdir(parents=True, exist_ok=True)
+    with held_lock(folder.lock, "is being run by another study run") as path:
         yield path
 
 
 @contextlib.contextmanager
-def run_lock(run_dir, wait_seconds: float = 0.0):
-    """Hold ``run_dir``/run.lock while the run trains (``run_dir`` is created). A lock held by a live
-    process is waited for up to ``wait_seconds`` (a retried task whose dead predecessor ran on a lost
-    node waits for its lock to go stale), then refused with LockHeld naming the holder."""
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(run_dir) / RUN_LOCK_FILE
+def run_lock(run, wait_seconds: float = 0.0):
+    """Hold RUN/run.lock of ``run`` (a RunFolder, or its path; created) while the run trains. A lock
+    held by a live process is waited for up to ``wait_seconds`` (a retried task whose dead
+    predecessor ran on a lost node waits for its lock to go stale), then refused with LockHeld
+    naming the holder."""
+    run = run if isinstance(run, RunFolder) else RunFolder(run)
+    run.path.mkdir(parents=True, exist_ok=True)
+    path = run.lock
     held_by = "is being trained by another process"
     deadline = time.monotonic() + wait_seconds
     while True:
@@ -127,13 +130,6 @@ def release(path: Path, text: str) -> None:
     if _read(path) == text:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-def lock_holder(path: Path):
-    """{"host", "pid", "started", "token"} of the lock file ``path``, or None where there is none
-    (or it holds no such record)."""
-    held = _read(path)
-    return None if held is None else _holder(held)
 
 
 def process_alive(pid: int) -> bool:

@@ -1,8 +1,7 @@
-"""The one loader of a study's plan, DIR/study.json, for ``study run --resume`` and ``study summary``.
-
-``load_plan(path)`` reads the file and checks every field the runner and the summary use; a damaged
-plan is one UsageError naming the file and the field (``configs[1].runs[0].path``), never a
-traceback later and never a summary of something else. The fields:
+"""The checks of a study's plan file, DIR/study.json, field by field: ``plan.StudyPlan.load`` (the one
+loader, for ``study run --resume``, ``study summary``, the executors' runs and ``plot``) applies
+``check_plan`` to what it reads, so a damaged plan is one UsageError naming the file and the field
+(``configs[1].runs[0].path``), never a traceback later and never a summary of something else. The fields:
 
     study       the study's name (a non-empty string)
     epochs      a positive integer (not a boolean, not a number with a fraction, not NaN)
@@ -18,9 +17,6 @@ from __future__ import annotations
 import numbers
 from pathlib import PurePosixPath
 
-from ...errors import UsageError
-from ..training.run_options import read_json_object
-
 REQUIRED_FIELDS = ("study", "options", "seeds", "epochs", "configs")
 OPTIONAL_TEXT_FIELDS = ("command", "varies", "version", "tensorboard_out")
 SEED_LIMIT = 2 ** 63
@@ -34,37 +30,31 @@ class PlanError(Exception):
         self.field, self.problem = field, problem
 
 
-def load_plan(path):
-    """The plan in ``path`` (a study.json), or None where there is no such file; UsageError naming
-    the file (and the field) where it cannot be read or a field is damaged."""
-    plan_keys = "a study's plan (study, options, seeds, epochs, configs)"
-    saved = read_json_object(path, f"cannot read {path}", f"{path} is not {plan_keys}")
-    if saved is None:
-        return None
-    try:
-        check_plan(saved)
-    except PlanError as exc:
-        raise UsageError(f"{path}: field {exc}; the study's plan is damaged (restore study.json, or start the "
-                         "study afresh in another --out)") from None
-    return saved
+def damaged_plan_message(path, exc: PlanError) -> str:
+    """The one-line refusal of the plan file ``path`` whose field ``exc`` names is damaged."""
+    return (f"{path}: field {exc}; the study's plan is damaged (restore study.json, or start the study afresh "
+            "in another --out)")
 
 
-def check_plan(plan: dict) -> None:
-    """Raise PlanError for the first damaged field of ``plan`` (see the module docstring)."""
+def check_plan(record: dict) -> None:
+    """Raise PlanError for the first damaged field of ``record``, a plan file's JSON object (see the
+    module docstring)."""
     for name in REQUIRED_FIELDS:
-        if name not in plan:
+        if name not in record:
             raise PlanError(name, "is missing")
-    if not isinstance(plan["study"], str) or not plan["study"]:
-        raise PlanError("study", f"must be the study's name, got {_shown(plan['study'])}")
-    _check_positive_integer("epochs", plan["epochs"])
-    seeds = _checked_seeds(plan["seeds"])
-    _check_object("options", plan["options"])
-    if "parameters" in plan:
-        _check_object("parameters", plan["parameters"])
+    study = record.get("study")
+    if not isinstance(study, str) or not study:
+        raise PlanError("study", f"must be the study's name, got {_shown(study)}")
+    _check_positive_integer("epochs", record.get("epochs"))
+    seeds = _checked_seeds(record.get("seeds"))
+    _check_object("options", record.get("options"))
+    if "parameters" in record:
+        _check_object("parameters", record.get("parameters"))
     for name in OPTIONAL_TEXT_FIELDS:
-        if plan.get(name) is not None and not isinstance(plan[name], str):
-            raise PlanError(name, f"must be a string, got {_shown(plan[name])}")
-    _check_configs(plan["configs"], set(seeds))
+        value = record.get(name)
+        if value is not None and not isinstance(value, str):
+            raise PlanError(name, f"must be a string, got {_shown(value)}")
+    _check_configs(record.get("configs"), set(seeds))
 
 
 def _check_configs(configs, seeds: set) -> None:
@@ -72,21 +62,21 @@ def _check_configs(configs, seeds: set) -> None:
     if not isinstance(configs, list) or not configs:
         raise PlanError("configs", f"must be a non-empty list of configurations, got {_shown(configs)}")
     ids, paths = set(), set()
-    for k, config in enumerate(configs):
+    for k, entry in enumerate(configs):
         where = f"configs[{k}]"
-        if not isinstance(config, dict):
-            raise PlanError(where, f"must be an object with config_id, options and runs, got {_shown(config)}")
+        if not isinstance(entry, dict):
+            raise PlanError(where, f"must be an object with config_id, options and runs, got {_shown(entry)}")
         for name in ("config_id", "options", "runs"):
-            if name not in config:
+            if name not in entry:
                 raise PlanError(f"{where}.{name}", "is missing")
-        config_id = config["config_id"]
+        config_id = entry.get("config_id")
         if not isinstance(config_id, str) or not config_id:
             raise PlanError(f"{where}.config_id", f"must be a non-empty string, got {_shown(config_id)}")
         if config_id in ids:
             raise PlanError(f"{where}.config_id", f"{config_id!r} is listed twice")
         ids.add(config_id)
-        _check_object(f"{where}.options", config["options"])
-        _check_runs(where, config["runs"], seeds, paths)
+        _check_object(f"{where}.options", entry.get("options"))
+        _check_runs(where, entry.get("runs"), seeds, paths)
 
 
 def _check_runs(where: str, runs, seeds: set, paths: set) -> None:
@@ -94,20 +84,20 @@ def _check_runs(where: str, runs, seeds: set, paths: set) -> None:
     if not isinstance(runs, list) or not runs:
         raise PlanError(f"{where}.runs", f"must be a non-empty list of runs, got {_shown(runs)}")
     run_seeds = set()
-    for k, run in enumerate(runs):
+    for k, entry in enumerate(runs):
         at = f"{where}.runs[{k}]"
-        if not isinstance(run, dict):
-            raise PlanError(at, f"must be an object with seed and path, got {_shown(run)}")
+        if not isinstance(entry, dict):
+            raise PlanError(at, f"must be an object with seed and path, got {_shown(entry)}")
         for name in ("seed", "path"):
-            if name not in run:
+            if name not in entry:
                 raise PlanError(f"{at}.{name}", "is missing")
-        seed = run["seed"]
+        seed = entry.get("seed")
         if not _is_integer(seed) or seed not in seeds:
             raise PlanError(f"{at}.seed", f"must be one of the plan's seeds, got {_shown(seed)}")
         if seed in run_seeds:
             raise PlanError(f"{at}.seed", f"{seed}: the run is listed twice")
         run_seeds.add(seed)
-        path = run["path"]
+        path = entry.get("path")
         if not _inside(path):
             raise PlanError(f"{at}.path", f"must be a relative path inside the study folder, got {_shown(path)}")
         normal = PurePosixPath(path).as_posix()

@@ -1,7 +1,7 @@
 """The Ray executor (``study run --executor ray``): every run is a Ray task with the placement's CPUs
 and GPUs; Ray places it on a node of the cluster, and the task trains the run folder with
 ``run_task.train_study_run`` (the same code as a local run), writing to the study folder directly:
-no run data travels through Ray's object store, only the task's small outcome.
+no run data travels through Ray's object store, only the task's small ``RunResult``.
 
 The cluster: ``--ray-address`` (or ``$RAY_ADDRESS``), else a local Ray started for the study and
 stopped after it. An address that does not answer is a UsageError within ``CONNECT_SECONDS``, before
@@ -22,13 +22,15 @@ import os
 import socket
 import time
 import uuid
-from pathlib import Path
 from urllib.parse import urlparse
 
 from ...errors import UsageError
 from ..training.run_state import write_text_atomically
+from .folder import StudyFolder
 from .lock import STALE_AFTER_SECONDS
-from .run_task import TOKEN_FILE, check_token, train_study_run
+from .outcome import Outcome, RunResult
+from .run_task import check_token, train_study_run
+from .study_progress import StudyProgress
 
 CONNECT_SECONDS = 20.0
 INSTALL_HINT = "pip install -e \".[cluster]\" (or pip install \"ray[default]\")"
@@ -71,12 +73,13 @@ class RayExecutor:
     retries_runs = False  # Ray retries a task whose worker or node died; the driver reports what is left
     start_verb = "submitted to Ray"
     running_once_started = False  # a task may wait for its resources: running once it holds its run lock
+    shares_signals = False  # the tasks run in Ray's workers: a Ctrl-C reaches the driver alone
 
-    def __init__(self, out, placement):
-        self.out, self.placement = Path(out).absolute(), placement
+    def __init__(self, folder, placement):
+        self.folder, self.placement = StudyFolder(StudyFolder.of(folder).path.absolute()), placement
         self.ray = import_ray()
         self.started_local = False
-        self.refs = {}  # ObjectRef -> PendingRun
+        self.refs = {}  # ObjectRef -> PlannedRun
         self.token = uuid.uuid4().hex
         self._connect()
         self.task = self.ray.remote(ray_train_run)
@@ -103,13 +106,13 @@ class RayExecutor:
     def prepare(self) -> None:
         """Write DIR/study.token and check, with a probe task on every alive node, that each sees it;
         UsageError naming the nodes that do not (the token is removed again)."""
-        token_path = self.out / TOKEN_FILE
+        token_path = self.folder.token
         write_text_atomically(token_path, self.token + "\n")
         probe = self.ray.remote(num_cpus=0)(probe_study_folder)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
-                .remote(str(self.out), self.token) for node in self.ray.nodes() if node.get("Alive")]
+                .remote(str(self.folder), self.token) for node in self.ray.nodes() if node.get("Alive")]
         problems = [problem for problem in self.ray.get(refs) if problem]
         if problems:
             token_path.unlink(missing_ok=True)
@@ -131,28 +134,25 @@ class RayExecutor:
         ref = self.task.options(num_cpus=self.placement.cpus_per_run, num_gpus=self.placement.gpus_per_run,
                                 max_retries=self.placement.max_retries, retry_exceptions=False,
                                 runtime_env={"env_vars": env}).remote(
-            str(self.out), run.config_id, run.seed, self.token, wall_deadline, must_train,
+            str(self.folder), run.config_id, run.seed, self.token, wall_deadline, must_train,
             self.placement.threads if self.placement.threads_given else None)
         self.refs[ref] = run
 
     def wait(self, timeout: float) -> list:
-        """The runs whose tasks ended within ``timeout`` seconds, each with its outcome."""
+        """The RunResults of the runs whose tasks ended within ``timeout`` seconds."""
         if not self.refs:
             return []
         ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=timeout)
-        outcomes = []
+        results = []
         for ref in ready:
             run = self.refs.pop(ref)
             try:
-                outcome = self.ray.get(ref)
+                result = self.ray.get(ref).with_run(run)
             except self.ray.exceptions.RayError as exc:  # the worker or node died more than max_retries times
-                outcome = {"config_id": run.config_id, "seed": run.seed, "status": "failed",
-                           "error": f"its Ray task was lost after {self.placement.max_retries} retries: "
-                                    f"{type(exc).__name__}: {_first_line(exc)}"}
-            if outcome.get("status") == "unreachable":
-                outcome = dict(outcome, status="failed")
-            outcomes.append((run, outcome))
-        return outcomes
+                result = RunResult(run, Outcome.FAILED, f"its Ray task was lost after {self.placement.max_retries} "
+                                                        f"retries: {type(exc).__name__}: {_first_line(exc)}")
+            results.append(result)
+        return results
 
     def kill_all(self) -> None:
         """Cancel every task at once (their runs continue from their last checkpoint on resume)."""
@@ -169,6 +169,12 @@ class RayExecutor:
         self.kill_all()
         if self.ray.is_initialized():
             self.ray.shutdown()
+
+    def progress(self, runs, folder, epochs: int, show: bool) -> StudyProgress:
+        """The study's lines: each run's "submitted" line, its "started" line once its task holds its
+        run lock, its "finished" or "failed" line, and the progress line."""
+        return StudyProgress.of_runs(runs, folder, epochs, show, start_verb=self.start_verb,
+                                     running_once_started=self.running_once_started)
 
 
 def _first_line(exc) -> str:
@@ -187,30 +193,27 @@ def probe_study_folder(out: str, token: str):
 
 
 def ray_train_run(out: str, config_id: str, seed: int, token: str, wall_deadline, must_train: bool,
-                  threads=None) -> dict:
+                  threads=None) -> RunResult:
     """(A Ray task.) Train one run of the study in ``out`` with ``train_study_run``, its lines going to
-    RUN/train.log; returns the outcome. A retried task waits for the run lock of its dead predecessor."""
+    RUN/train.log; returns its RunResult. A retried task waits for the run lock of its dead predecessor."""
     import contextlib
     import sys
 
-    from ..training.run_folder import RunFolder
-    from .run_task import run_path
-
     deadline = None if wall_deadline is None else time.monotonic() + (wall_deadline - time.time())
-    log_path = RunFolder(Path(out) / run_path(config_id, seed)).train_log
+    log_path = StudyFolder(out).run(config_id, seed).train_log
     try:
         check_token(out, token)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "a", encoding="utf-8")
     except (UsageError, OSError):
-        return train_study_run(out, config_id, seed, token=token)  # (its outcome names the problem)
+        return train_study_run(out, config_id, seed, token=token)  # (its result names the problem)
     with log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         def say(text: str) -> None:
             print(text, flush=True)
 
-        outcome = train_study_run(out, config_id, seed, deadline=deadline, token=token, log=say, threads=threads,
-                                  skip_after_deadline=not must_train, lock_wait=STALE_AFTER_SECONDS + 30)
-        if outcome["status"] == "failed":
-            say(f"failed: {outcome['error']}")
+        result = train_study_run(out, config_id, seed, deadline=deadline, token=token, log=say, threads=threads,
+                                 skip_after_deadline=not must_train, lock_wait=STALE_AFTER_SECONDS + 30)
+        if result.outcome is Outcome.FAILED:  # (the run's log says why it ended)
+            say(f"failed: {result.reason}")
     sys.stdout.flush()
-    return outcome
+    return result

@@ -1,32 +1,24 @@
-"""One run of a study, trained wherever an executor puts it: in the driver's process (``--jobs 1``),
-in a worker process of the local executor, or in a Ray task on any node of a cluster.
+"""One run of a study, trained wherever an executor puts it: in the driver's process (``--jobs 1``,
+``in_process_executor``), in a worker process of the local executor, or in a Ray task on any node
+of a cluster.
 
-``train_study_run(out, config_id, seed)`` reads the plan from DIR/study.json, claims the run folder
+``train_study_run(out, config_id, seed)`` reads the plan (``StudyPlan.load``), claims the run folder
 (RUN/run.lock: no run is ever trained by two processes), continues it from its ``last.npz`` where it
-has one, and returns an outcome instead of raising, so that one run's failure never stops the
-others. The outcomes ({"status": ...}):
+has one, and returns a ``RunResult`` (its ``Outcome``, with the failure's one line as its reason)
+instead of raising, so that one run's failure never stops the others. A failed run also records its
+failure in RUN/failed.json (``outcome.Failure``) for the summary and for ``--resume``, which retries
+it; a run held by another process has not failed, and records nothing.
 
-    finished     the run has trained every epoch of the plan (now or before)
-    stopped      the study's time limit stopped it at a batch boundary; last.npz is saved
-    interrupted  the study was asked to stop (Ctrl-C: DIR/study.stop, or a signal); last.npz is saved
-    failed       an exception (a user's error, a divergence, a bug); "error" holds its one line and
-                 RUN/failed.json records it for the summary and for ``--resume``, which retries it
-    unreachable  (Ray) the node cannot see the study folder: DIR/study.token is missing or differs
-
-Files of a study folder this module names: DIR/study.stop (written by the driver to stop every run
+The study folder's files this module reads: DIR/study.stop (written by the driver to stop every run
 at its next batch boundary) and DIR/study.token (written by a Ray driver; every task checks it, so a
 node without the shared storage fails in one line instead of training into a folder of its own).
 """
 from __future__ import annotations
 
-import datetime
-import json
-import os
 import signal
 import socket
 import time
 import traceback
-from pathlib import Path
 
 import tinygrad_caps as tc
 
@@ -34,55 +26,22 @@ from ...errors import UsageError
 from ..training.option_checks import device_or_usage_error
 from ..training.reporting import is_user_error, one_line
 from ..training.run_folder import RunFolder
-from ..training.run_state import Interrupted, TimeLimitReached, write_text_atomically
+from ..training.run_state import Interrupted, TimeLimitReached
+from .folder import StudyFolder
 from .lock import LockHeld, run_lock
-from .plan_file import load_plan
-
-STUDY_FILE = "study.json"
-STOP_FILE = "study.stop"
-TOKEN_FILE = "study.token"
-FAILED_FILE = "failed.json"
+from .outcome import Failure, Outcome, RunResult
+from .plan import PlannedRun, StudyPlan
 
 
 class StorageNotShared(UsageError):
     """This host cannot see the study folder the driver wrote (no shared storage)."""
 
 
-def run_path(config_id: str, seed: int) -> str:
-    """A run's folder, relative to the study's: ``runs/<config_id>/seed-<seed>``."""
-    return f"runs/{config_id}/seed-{seed}"
-
-
-def failure_path(run_dir) -> Path:
-    """RUN/failed.json: the last failure of a study's run (removed when it trains again)."""
-    return Path(run_dir) / FAILED_FILE
-
-
-def read_failure(run_dir):
-    """The failure record of ``run_dir`` ({"error", "host", "time"}), or None where it has none."""
-    try:
-        record = json.loads(failure_path(run_dir).read_text())
-    except (FileNotFoundError, ValueError, OSError):
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("error"), str) else None
-
-
-def run_config(plan: dict, config: dict, seed: int) -> dict:
-    """The options one run trains with: the study's shared options, the configuration's own, the
-    epochs and the seed, with only the chosen model's options (as ``train`` records them)."""
-    from ..training.run_options import model_options
-
-    options = {"model": "capsnet", **plan["options"]}  # a study may train another model for all its runs
-    options.update(config["options"], epochs=plan["epochs"], seed=seed)
-    if options.get("augment") == "none":
-        options["augment"] = None
-    return model_options(options, explicit=set())
-
-
-def run_status(run_dir: Path, epochs: int) -> str:
+def run_status(run, epochs: int) -> str:
     """"finished" (its checkpoint has committed ``epochs`` epochs or more: a run taken further by an
-    earlier, longer plan is finished for a shorter one), "started" (a checkpoint to resume) or "new"."""
-    last = RunFolder(run_dir).last
+    earlier, longer plan is finished for a shorter one), "started" (a checkpoint to resume) or "new".
+    ``run``: a RunFolder, or its path."""
+    last = (run if isinstance(run, RunFolder) else RunFolder(run)).last
     if not last.exists():
         return "new"
     return "finished" if tc.load(last)["progress"]["epoch"] >= epochs else "started"
@@ -91,27 +50,23 @@ def run_status(run_dir: Path, epochs: int) -> str:
 def check_token(out, token) -> None:
     """StorageNotShared unless DIR/study.token holds ``token`` (a check that this host sees the
     folder the driver wrote, not a folder of the same name of its own)."""
-    path = Path(out) / TOKEN_FILE
+    folder = StudyFolder.of(out)
+    path = folder.token
     try:
         seen = path.read_text().strip()
     except OSError:
         seen = None
     if seen != token:
         why = "does not exist" if seen is None else "holds another study's token"
-        raise StorageNotShared(f"node {socket.gethostname()} cannot see the study folder {out} ({path} {why} there): "
-                               "a study folder must be on storage every node sees (NFS, Lustre, a shared volume)")
-
-
-def stop_requested(out) -> bool:
-    """Whether the driver has asked every run of the study in ``out`` to stop (DIR/study.stop)."""
-    return (Path(out) / STOP_FILE).exists()
+        raise StorageNotShared(f"node {socket.gethostname()} cannot see the study folder {folder} ({path} {why} "
+                               "there): a study folder must be on storage every node sees (NFS, Lustre, a shared "
+                               "volume)")
 
 
 def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=None, token=None, log=print,
-                    show_progress=False, skip_after_deadline=False, lock_wait=0.0, threads=None) -> dict:
-    """Train (or continue) the run ``config_id``/``seed`` of the study in ``out``; returns its outcome
-    (see the module docstring): {"status", "config_id", "seed", "host", "error": the failure's one
-    line (failed, unreachable), "signum" (interrupted)}.
+                    show_progress=False, skip_after_deadline=False, lock_wait=0.0, threads=None) -> RunResult:
+    """Train (or continue) the run ``config_id``/``seed`` of the study in ``out`` (a StudyFolder or its
+    path); returns its RunResult (see the module docstring and ``outcome.Outcome``).
 
     ``deadline``: a time.monotonic() value (of this host) after which the run saves at its next batch
     boundary (it trains one batch first, unless ``skip_after_deadline`` and the time has passed before
@@ -122,71 +77,72 @@ def train_study_run(out, config_id: str, seed: int, *, deadline=None, device=Non
     the value DIR/study.token must hold (Ray). ``lock_wait``: seconds to wait for a run lock held by
     a process that may be gone (a retried task). ``log``: where the Trainer's lines go.
     """
-    outcome = {"config_id": config_id, "seed": int(seed), "host": socket.gethostname()}
-    out = Path(out)
+    folder, seed = StudyFolder.of(out), int(seed)
+    planned, host = PlannedRun(config_id, seed, StudyFolder.run_path(config_id, seed)), socket.gethostname()
+    run = folder.run(config_id, seed)
+
+    def ended(outcome: Outcome, **data) -> RunResult:
+        return RunResult(planned, outcome, host=host, **data)
+
     try:
         if token is not None:
-            check_token(out, token)
-        plan = load_plan(out / STUDY_FILE)
+            check_token(folder, token)
+        plan = StudyPlan.load(folder)
         if plan is None:
-            raise UsageError(f"{out} holds no {STUDY_FILE}")
-        config = next((c for c in plan["configs"] if c["config_id"] == config_id), None)
-        if config is None or int(seed) not in plan["seeds"]:
-            raise UsageError(f"the study in {out} has no run {config_id} seed {seed}")
-        run_dir = out / run_path(config_id, seed)
-        if run_status(run_dir, plan["epochs"]) == "finished":
-            return dict(outcome, status="finished")
-        if stop_requested(out):
-            return dict(outcome, status="interrupted")
+            raise UsageError(f"{folder} holds no {folder.plan_file.name}")
+        found = plan.find_run(config_id, seed)
+        if found is None:
+            raise UsageError(f"the study in {folder} has no run {config_id} seed {seed}")
+        planned = found
+        if run_status(run, plan.epochs) == "finished":
+            return ended(Outcome.FINISHED)
+        if folder.stop.exists():  # (the driver has asked every run to stop)
+            return ended(Outcome.INTERRUPTED)
         if skip_after_deadline and deadline is not None and time.monotonic() >= deadline:
-            return dict(outcome, status="stopped")
-        with run_lock(run_dir, lock_wait):
-            status = run_status(run_dir, plan["epochs"])  # another process may have finished it meanwhile
+            return ended(Outcome.STOPPED)
+        with run_lock(run, lock_wait):
+            status = run_status(run, plan.epochs)  # another process may have finished it meanwhile
             if status == "finished":
-                return dict(outcome, status="finished")
-            failure_path(run_dir).unlink(missing_ok=True)
-            options = run_config(plan, config, int(seed))
-            if device is not None:
-                options["device"] = device
-            if threads is not None:
-                options["threads"] = threads
-            _train(options, run_dir, out, status == "started", deadline, show_progress, log)
-        return dict(outcome, status="finished")
+                return ended(Outcome.FINISHED)
+            run.failed.unlink(missing_ok=True)
+            config = plan.run_config(planned)
+            changes = {**({"device": device} if device is not None else {}),
+                       **({"threads": threads} if threads is not None else {})}
+            if changes:
+                config = _with_changes(config, changes)
+            _train(config, run, folder, status == "started", deadline, show_progress, log)
+        return ended(Outcome.FINISHED)
     except StorageNotShared as exc:
-        return dict(outcome, status="unreachable", error=one_line(exc))
+        return ended(Outcome.UNREACHABLE, reason=one_line(exc))
     except TimeLimitReached:
-        return dict(outcome, status="stopped")
+        return ended(Outcome.STOPPED)
     except Interrupted as exc:
-        return dict(outcome, status="interrupted", signum=int(exc.signum))
+        return ended(Outcome.INTERRUPTED, signum=int(exc.signum))
     except KeyboardInterrupt:
-        return dict(outcome, status="interrupted", signum=int(signal.SIGINT))
+        return ended(Outcome.INTERRUPTED, signum=int(signal.SIGINT))
     except Exception as exc:  # noqa: BLE001  (any failure of one run is reported, and the others go on)
         error = one_line(exc)
         if not is_user_error(exc):  # a bug: its traceback goes to the run's log
             log("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip())
         if not isinstance(exc, LockHeld):  # (another process's run has not failed)
-            _record_failure(out / run_path(config_id, seed), error)
-        return dict(outcome, status="failed", error=error)
+            Failure.now(error).write(run)
+        return ended(Outcome.FAILED, reason=error)
 
 
-def _train(options, run_dir, out, resume, deadline, show_progress, log) -> None:
-    """Build the study's Trainer for ``run_dir`` and train it."""
-    with tc.backend.on_device(device_or_usage_error(options.get("device", "auto"))):
-        trainer = study_trainer_class()(options, run_dir, resume=resume, show_progress=show_progress, log=log)
+def _with_changes(config, changes: dict):
+    """``config`` with the executor's ``changes`` (device, threads), checked as the Trainer checks options."""
+    from ..training.trainer import training_config
+
+    return training_config(config, **changes)
+
+
+def _train(config, run: RunFolder, folder: StudyFolder, resume, deadline, show_progress, log) -> None:
+    """Build the study's Trainer for the run folder ``run`` and train it."""
+    with tc.backend.on_device(device_or_usage_error(config.device)):
+        trainer = study_trainer_class()(config, run, resume=resume, show_progress=show_progress, log=log)
         trainer.deadline = deadline
-        trainer.stop_file = Path(out) / STOP_FILE
+        trainer.stop_file = folder.stop
         trainer.run()
-
-
-def _record_failure(run_dir: Path, error: str) -> None:
-    """Write RUN/failed.json for the summary and the driver (best effort: a full disk loses it)."""
-    record = {"error": error, "host": socket.gethostname(), "pid": os.getpid(),
-              "time": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(failure_path(run_dir), json.dumps(record) + "\n")
-    except OSError:
-        pass
 
 
 def study_trainer_class():

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 from ..training.run_folder import RunFolder
-from .lock import RUN_LOCK_FILE
 
 LOG_EVERY_SECONDS = 30.0
 
@@ -41,16 +40,70 @@ def _duration(seconds: float) -> str:
 
 class StudyProgress:
     """The study's terminal lines (see the module docstring). ``runs``: [(label, run_dir)] of every
-    run of the plan; ``epochs``: the epochs of each run."""
+    run of the plan; ``epochs``: the epochs of each run. ``start_verb`` and ``running_once_started``:
+    the executor's (what a run's start line says; whether a run runs from it, or from its run lock)."""
 
-    def __init__(self, runs, epochs: int, terminal: bool, stream=None, clock=time.monotonic):
+    def __init__(self, runs, epochs: int, terminal: bool, stream=None, clock=time.monotonic, *,
+                 start_verb: str = "started", running_once_started: bool = True):
         self.runs, self.epochs, self.terminal = list(runs), int(epochs), terminal
+        self.start_verb, self.running_once_started = start_verb, running_once_started
         self.stream = stream or (sys.stderr if terminal else sys.stdout)
         self.clock, self.started = clock, clock()
         self.running, self.finished, self.failed = set(), set(), set()
         self.training = set()  # the running runs whose "started" line has been printed
         self.epochs_at_start = sum(min(epochs_done(d), self.epochs) for _, d in self.runs)
         self._last_line, self._last_printed = None, None
+
+    @classmethod
+    def of_runs(cls, runs, folder, epochs: int, terminal: bool, **options) -> "StudyProgress":
+        """The lines of the plan's ``runs`` (PlannedRuns) of the study ``folder`` (a StudyFolder)."""
+        return cls([(run.label, folder.run(run.config_id, run.seed).path) for run in runs], epochs, terminal,
+                   **options)
+
+    # --- what the driver says happened (``driver.drive_runs``) ---
+
+    def run_was_finished(self, run) -> None:
+        """``run`` had finished before this call (it counts as finished; nothing is printed)."""
+        self.finished.add(run.label)
+
+    def run_handed_over(self, run, run_dir, retry: str = "") -> None:
+        """``run`` was handed to the executor: "[label] started: RUN" (``retry``: " (retry 1 of 3)")."""
+        text = f"[{run.label}] {self.start_verb}{retry}: {run_dir}"
+        if self.running_once_started:
+            self.run_started(run.label, text)
+        else:  # (a Ray task: running once it holds its run lock, said by note_started)
+            self.running.add(run.label)
+            self.event(text)
+
+    def run_ended(self, run) -> None:
+        """``run``'s process or task has ended (its outcome follows)."""
+        self.running.discard(run.label)
+        self.training.discard(run.label)
+
+    def run_finished(self, run) -> None:
+        """``run`` has trained every epoch: "[label] finished"."""
+        self.finished.add(run.label)
+        self.event(f"[{run.label}] finished")
+
+    def run_retried(self, run, reason: str) -> None:
+        """``run``'s process was killed (``reason``) and the run starts again."""
+        self.event(f"[{run.label}] {reason}; starting it again from its last checkpoint")
+
+    def run_failed(self, run, reason: str) -> None:
+        """``run`` failed: "[label] failed: REASON"."""
+        self.failed.add(run.label)
+        self.event(f"[{run.label}] failed: {reason}")
+
+    def stopping(self, running: int) -> None:
+        """Ctrl-C: the ``running`` runs save at their next batch boundary."""
+        self.event(f"stopping: every running run saves at its next batch boundary ({running} running)")
+
+    def poll(self) -> None:
+        """Note the runs that started meanwhile and redraw the progress line."""
+        self.note_started()
+        self.refresh()
+
+    # --- the lines ---
 
     def event(self, text: str) -> None:
         """Print one event line (a run that starts, finishes, fails or is retried) above the progress line."""
@@ -70,14 +123,14 @@ class StudyProgress:
         """Print "[label] started" for every run handed over (``running``) whose RUN/run.lock has
         appeared since (a Ray task that got its resources)."""
         for label, run_dir in self.runs:
-            if label in self.running and label not in self.training and (run_dir / RUN_LOCK_FILE).exists():
+            if label in self.running and label not in self.training and RunFolder(run_dir).lock.exists():
                 self.run_started(label, f"[{label}] started")
 
     def line(self) -> str:
         """The progress line: "runs: F finished, R running (label epoch e/E, ...), L left; about T left"."""
         done = {label: min(epochs_done(d), self.epochs) for label, d in self.runs}
         training = [label for label, d in self.runs if label in self.running and
-                    (label in self.training or (d / RUN_LOCK_FILE).exists())]
+                    (label in self.training or RunFolder(d).lock.exists())]
         running = [f"{label} epoch {min(done[label] + 1, self.epochs)}/{self.epochs}" for label in training]
         left = len(self.runs) - len(self.finished) - len(training) - len(self.failed)
         parts = [f"{len(self.finished)} finished", f"{len(training)} running" +

@@ -43,9 +43,11 @@ from ...errors import UsageError
 from ..training.reporting import plural
 from ..training.run_logs import read_json_lines, read_metrics
 from ..training.run_folder import RunFolder
+from .folder import StudyFolder, write_if_changed
+from .outcome import Failure
+from .plan import StudyPlan
 from .registry import STUDIES
-from .run_task import read_failure
-from .runner import read_study, run_status, write_if_changed
+from .run_task import run_status
 
 METRIC = "test_accuracy"
 MATPLOTLIB_HINT = "pip install matplotlib, or pip install -e '.[viz]'"
@@ -119,66 +121,67 @@ def _stats(values) -> dict:
 
 
 def summarize(out, figures=None) -> dict:
-    """The summary of the study in ``out`` (not written; see ``write_summary``). ``figures``: the
-    gradient-flow figures to report (default: those of the registered study, if it is registered)."""
-    out = Path(out)
-    plan = read_study(out)
+    """The summary of the study in ``out`` (a StudyFolder or its path; not written: see
+    ``write_summary``). ``figures``: the gradient-flow figures to report (default: those of the
+    registered study, if it is registered)."""
+    folder = StudyFolder.of(out)
+    plan = StudyPlan.load(folder)
     if plan is None:
-        raise UsageError(f"{out} holds no study.json: is it a study folder?")
+        raise UsageError(f"{folder} holds no study.json: is it a study folder?")
     if figures is None:
-        figures = STUDIES[plan["study"]].figures if plan["study"] in STUDIES else ()
-    epochs = plan["epochs"]
+        figures = STUDIES[plan.study].figures if plan.study in STUDIES else ()
+    epochs = plan.epochs
     rows, planned, done, failed = [], 0, 0, []
-    for config in plan["configs"]:
+    for config in plan.configs:
         seeds, values, finals, figure_rows, learning, gradflow = [], [], [], [], [], []
-        for run in config["runs"]:
+        for run in config.runs:
             planned += 1
-            run_dir = out / run["path"]
-            metrics_path = RunFolder(run_dir).metrics
+            run_folder = folder.run(run.config_id, run.seed)
+            run_dir, metrics_path = run_folder.path, run_folder.metrics
             metrics = read_metrics(metrics_path) if metrics_path.exists() else []
             final = next((line for line in metrics if line["epoch"] == epochs), None)
             if final is None:
                 check_unfinished(run_dir, metrics_path, epochs)
-                failure = read_failure(run_dir)
+                failure = Failure.read(run_folder)
                 if failure is not None:
-                    failed.append({"config_id": config["config_id"], "seed": run["seed"], "path": run["path"],
-                                   "error": failure["error"]})
+                    failed.append({"config_id": run.config_id, "seed": run.seed, "path": run.path,
+                                   "error": failure.error})
                 continue
             done += 1
-            seeds.append(run["seed"])
+            seeds.append(run.seed)
             values.append(final[METRIC])
             finals.append(final)
             figure_rows.append(run_figures(run_dir, epochs, figures))
             learning.append({"epoch": [m["epoch"] for m in metrics if m["epoch"] <= epochs],
                              METRIC: [m[METRIC] for m in metrics if m["epoch"] <= epochs]})
             gradflow.append(gradflow_curve(run_dir, figures, epochs))
-        row = {"config_id": config["config_id"], "config": config["options"], "seeds": seeds, "values": values,
+        row = {"config_id": config.config_id, "config": dict(config.options), "seeds": seeds, "values": values,
                **_stats(values)}
         row["metrics"] = {name: _stats([f[name] for f in finals]) for name in LOSSES}
         row["metrics"].update({name: _stats([f.get(name) for f in figure_rows]) for name in figures})
         row["curves"] = {"learning": _mean_curve(learning), "gradflow": _mean_curve(gradflow)}
         rows.append(row)
-    summary = {"study": plan["study"], "metric": METRIC, "epochs": epochs, "complete": planned == done,
+    summary = {"study": plan.study, "metric": METRIC, "epochs": epochs, "complete": planned == done,
                "runs_finished": done, "runs_planned": planned, "figures": list(figures), "rows": rows,
-               "comparisons": comparisons(rows), "classes": study_classes(out, plan)}
+               "comparisons": comparisons(rows), "classes": study_classes(folder, plan)}
     if failed:  # (absent otherwise: the summary of a study without failures keeps its bytes)
         summary["failed"] = failed
     return summary
 
 
-def study_classes(out: Path, plan: dict):
+def study_classes(out, plan: StudyPlan):
     """The number of classes of the study's runs: the ``num_classes`` (a positive integer) their
-    config.json files hold, or None where no run has written a readable one or the runs disagree."""
-    found = set()
-    for config in plan["configs"]:
-        for run in config["runs"]:
-            path = RunFolder(Path(out) / run["path"]).config
-            try:
-                classes = json.loads(path.read_text()).get("num_classes") if path.is_file() else None
-            except (OSError, ValueError, AttributeError):
-                classes = None
-            if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0:
-                found.add(classes)
+    config.json files hold, or None where no run has written a readable one or the runs disagree.
+    ``out``: the study folder (a StudyFolder or its path)."""
+    folder, found = StudyFolder.of(out), set()
+    for run in plan.runs():
+        path = folder.run(run.config_id, run.seed).config
+        try:
+            classes = json.loads(path.read_text()).get("num_classes") if path.is_file() else None
+        except (OSError, ValueError, AttributeError):
+            classes = None
+        if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0:
+            found.add(classes)
     return found.pop() if len(found) == 1 else None
 
 
@@ -295,19 +298,20 @@ def summary_markdown(summary: dict) -> str:
 def write_summary(out, figures=None) -> dict:
     """Write DIR/summary.json, summary.md and (with matplotlib) summary.png where they change;
     returns the summary with "written": the files written, "unchanged": those that held it already,
-    and "not_drawn": the pictures not drawn, each with why and how to get it (without matplotlib)."""
-    out = Path(out)
-    summary = summarize(out, figures)
-    texts = {out / "summary.json": summary_json(summary, out / "summary.json"),
-             out / "summary.md": summary_markdown(summary)}
+    and "not_drawn": the pictures not drawn, each with why and how to get it (without matplotlib).
+    ``out``: the study folder (a StudyFolder or its path)."""
+    folder = StudyFolder.of(out)
+    summary = summarize(folder, figures)
+    texts = {folder.summary_json: summary_json(summary, folder.summary_json),
+             folder.summary_md: summary_markdown(summary)}
     written, unchanged = [], []
     for path, text in texts.items():
         (written if write_if_changed(path, text) else unchanged).append(path)
     picture, not_drawn = io.BytesIO(), []
     if not plot_study_summary(summary, picture):
-        not_drawn.append(f"{out / 'summary.png'} (it needs matplotlib: {MATPLOTLIB_HINT})")
+        not_drawn.append(f"{folder.summary_png} (it needs matplotlib: {MATPLOTLIB_HINT})")
     else:
-        data, path = picture.getvalue(), out / "summary.png"
+        data, path = picture.getvalue(), folder.summary_png
         if not path.exists() or path.read_bytes() != data:
             path.write_bytes(data)
             written.append(path)

@@ -1,13 +1,13 @@
 """The process of one run of the local executor:
 ``python -m tinygrad_caps.models.app.studies.worker DIR CONFIG_ID SEED [--device D] [--deadline-in S] [--first]
-[--threads T]``.
+[--threads T] [--result-fd FD]``.
 
 It trains the run with ``run_task.train_study_run`` (the same code as the driver's own process and
-the Ray tasks), its output going wherever the executor sent it (RUN/train.log), and ends with:
-
-    0   finished               75  stopped by the study's time limit
-    1   failed (RUN/failed.json holds the error line)
-    130 interrupted (the study's stop file, SIGINT), 143 (SIGTERM)
+the Ray tasks), its output going wherever the executor sent it (RUN/train.log), writes its
+``RunResult`` as one line of JSON to the file descriptor FD (a pipe the executor reads: the reason
+of a failure travels as data), and ends with its outcome's exit status (``outcome.Outcome``:
+finished, failed, unreachable, stopped by the study's time limit; 128 + the signal where it was
+interrupted: the study's stop file or SIGINT, SIGTERM).
 
 On Linux it asks the kernel to kill it when the driver dies (PR_SET_PDEATHSIG), so a killed driver
 leaves no run training behind; ``--resume`` continues those runs from their last checkpoint.
@@ -21,8 +21,6 @@ import signal
 import sys
 import time
 
-FAILED_PREFIX = "failed: "  # the worker's last line where its run failed
-EXIT_FOR = {"finished": 0, "failed": 1, "unreachable": 2, "stopped": 75}
 PR_SET_PDEATHSIG = 1
 
 
@@ -49,19 +47,26 @@ def main(argv=None) -> int:
     parser.add_argument("--parent", type=int, default=None, help="the driver's pid")
     parser.add_argument("--threads", type=int, default=None,
                         help="the run's threads (--threads-per-run given), even where it started with others")
+    parser.add_argument("--result-fd", type=int, default=None,
+                        help="a file descriptor to write the run's result to, as one line of JSON")
     args = parser.parse_args(argv)
     if args.parent is not None:
         die_with_parent(args.parent)
     deadline = None if args.deadline_in is None else time.monotonic() + args.deadline_in
+    from .outcome import Outcome
     from .run_task import train_study_run  # (after the death signal: the imports take a while)
 
-    outcome = train_study_run(args.out, args.config_id, args.seed, deadline=deadline, device=args.device,
-                              threads=args.threads, skip_after_deadline=not args.first, log=_print_flushed)
-    if outcome["status"] in ("failed", "unreachable"):
-        print(f"{FAILED_PREFIX}{outcome['error']}", file=sys.stderr, flush=True)
-    if outcome["status"] == "interrupted":
-        return 128 + outcome.get("signum", int(signal.SIGINT))
-    return EXIT_FOR[outcome["status"]]
+    result = train_study_run(args.out, args.config_id, args.seed, deadline=deadline, device=args.device,
+                             threads=args.threads, skip_after_deadline=not args.first, log=_print_flushed)
+    if result.outcome in (Outcome.FAILED, Outcome.UNREACHABLE):  # (the run's log says why it ended)
+        print(f"failed: {result.reason}", file=sys.stderr, flush=True)
+    if args.result_fd is not None:
+        try:
+            with os.fdopen(args.result_fd, "w", encoding="utf-8") as pipe:
+                pipe.write(result.to_json() + "\n")
+        except OSError:  # (the driver has gone: no one reads it)
+            pass
+    return result.exit_code
 
 
 def _print_flushed(text: str) -> None:

@@ -7,6 +7,8 @@
     RUN/checkpoints/best.npz  the model of the epoch with the best test accuracy
     RUN/tensorboard/          with --tensorboard and no folder of its own
     RUN/train.log             a study's run: what its process printed
+    RUN/run.lock              a study's run: while a process trains it (``studies.lock.run_lock``)
+    RUN/failed.json           a study's run: its last failure (``studies.outcome.Failure``)
 
 Everything that reads or writes a run folder asks this class for the names, so a process that trains
 a run elsewhere (a study's executor) needs exactly a ``TrainingConfig`` and a ``RunFolder``.
@@ -59,6 +61,14 @@ class RunFolder:
     @property
     def train_log(self) -> Path:
         return self.path / "train.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.path / "run.lock"
+
+    @property
+    def failed(self) -> Path:
+        return self.path / "failed.json"
 
     def holds_a_run(self) -> bool:
         """Whether a training run wrote here: its config.json beside its metrics or its checkpoints."""
