@@ -26,7 +26,8 @@ checks it. The RoutingTrace every algorithm fills is ``capsnet/trace.py``. The p
 from .base import LENGTH_EPS, Routed, RoutingLayer, capsule_lengths, gradient_mode_refusal
 from .common import DEFAULT_EPS, GRADIENT_MODES, weighted_sum
 from .dynamic import ROUTING_KINDS, CapsuleLayer, DigitCaps, dynamic_routing, routing_coupling
-from .em import EMRoutingLayer, em_log_likelihood, em_m_step, em_routing, inverse_temperatures, log_sigmoid
+from .em import (EM_COST_SCALES, EM_INITIAL_ASSIGNMENTS, IBM_COST_SCALE, EMRoutingLayer, em_cost_scale,
+                 em_log_likelihood, em_m_step, em_routing, inverse_temperatures, log_sigmoid)
 from .registry import (AUTHORS_RECIPES, BUILTIN_ROUTINGS, ROUTING_LAYER_MEMBERS, check_routing_layer, register_routing,
                        routing_layer, routing_names, routing_parameter_count, routing_recipe, routing_refusal,
                        routing_traits, unregister_routing)
@@ -35,10 +36,10 @@ from .self_routing import SelfRoutingLayer, self_routing
 from .uniform import uniform_routing
 
 __all__ = ["AUTHORS_RECIPES", "BUILTIN_ROUTINGS", "CapsuleLayer", "DEFAULT_EPS", "DigitCaps", "EMRoutingLayer",
-           "GRADIENT_MODES",
-           "LENGTH_EPS", "ROUTING_KINDS", "ROUTING_LAYER_MEMBERS", "Routed", "RoutingLayer", "SelfAttentionRoutingLayer",
-           "SelfRoutingLayer", "capsule_lengths", "check_routing_layer", "dynamic_routing", "em_log_likelihood",
-           "em_m_step", "em_routing", "gradient_mode_refusal", "inverse_temperatures", "log_sigmoid", "register_routing",
-           "routing_coupling", "routing_layer", "routing_names", "routing_parameter_count", "routing_recipe",
-           "routing_refusal", "routing_traits", "self_attention_routing",
-           "self_routing", "uniform_routing", "unregister_routing", "weighted_sum"]
+           "EM_COST_SCALES", "EM_INITIAL_ASSIGNMENTS", "GRADIENT_MODES", "IBM_COST_SCALE", "LENGTH_EPS",
+           "ROUTING_KINDS", "ROUTING_LAYER_MEMBERS", "Routed", "RoutingLayer", "SelfAttentionRoutingLayer",
+           "SelfRoutingLayer", "capsule_lengths", "check_routing_layer", "dynamic_routing", "em_cost_scale",
+           "em_log_likelihood", "em_m_step", "em_routing", "gradient_mode_refusal", "inverse_temperatures",
+           "log_sigmoid", "register_routing", "routing_coupling", "routing_layer", "routing_names",
+           "routing_parameter_count", "routing_recipe", "routing_refusal", "routing_traits",
+           "self_attention_routing", "self_routing", "uniform_routing", "unregister_routing", "weighted_sum"]
