@@ -17,7 +17,7 @@ from ...analysis.gradflow import check_mode, gradient_flow_report, mean_of_repor
 from ...analysis.plots import plot_gradflow, pyplot
 from ...capsnet.baseline_cnn import BaselineCNN
 from ...capsnet.config import MODEL_OPTIONS
-from ...capsnet.routing import GRADIENT_MODES
+from ...capsnet.routing import GRADIENT_MODES, unknown_mode_refusal
 from ...errors import UsageError
 from ..training.checkpoints import build_model, checkpoint_dataset_spec, load_checkpoint_model
 from ..training.option_checks import check_out_folder, device_or_usage_error, seed
@@ -34,9 +34,9 @@ def parse_modes(text: str | None, model=None) -> tuple:
     modes = tuple(part.strip() for part in text.split(",") if part.strip())
     if not modes:
         raise UsageError(f"--modes: give one or more of {', '.join(GRADIENT_MODES)}, separated by commas")
-    for mode in modes:
-        if mode not in GRADIENT_MODES:
-            raise UsageError(f"--modes: unknown mode {mode!r}; choose from {', '.join(GRADIENT_MODES)}")
+    unknown = next(filter(None, map(unknown_mode_refusal, modes)), None)
+    if unknown:
+        raise UsageError(f"--modes: {unknown}")
     if len(set(modes)) != len(modes):
         raise UsageError(f"--modes: a mode is repeated in {text!r}")
     for mode in modes if model is not None else ():
