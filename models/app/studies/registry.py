@@ -1,6 +1,6 @@
 """The registered studies: each a name, the configurations it compares (the training options each
 sets), the options every one of its runs gets, its default budget and the gradient-flow figures its
-summary reports. ``study list`` prints them, ``study run NAME`` trains them (``study_runner``).
+summary reports. ``study list`` prints them, ``study run NAME`` trains them (``studies.runner``).
 
 A study is declarative: a configuration is a ``config_id`` and a dict of training options (the
 destinations of ``train``'s options, e.g. ``{"routing_iterations": 1, "reconstruction_weight": 0.0}``
