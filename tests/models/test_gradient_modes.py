@@ -37,7 +37,8 @@ def test_the_texts_say_what_is_refused_and_why():
         "gradient must be one of ('full', 'detach'), got 'half'")
     assert gradient_mode_refusal("dynamic", "detach", GRADIENT_MODES) is None
     assert unknown_mode_refusal("sideways") == "unknown mode 'sideways'; choose from full, detach"
-    assert [unknown_mode_refusal(mode) for mode in GRADIENT_MODES] == [None, None]
+    assert unknown_mode_refusal("sideways", "mode") == "mode must be one of ('full', 'detach'), got 'sideways'"
+    assert [unknown_mode_refusal(mode, argument) for mode in GRADIENT_MODES for argument in (None, "x")] == [None] * 4
     assert other_mode_refusal("self-attention", ("full",)) == (
         "--log-mode-cosine: routing 'self-attention' is not iterative; it has one gradient mode, so there is no "
         "other mode to compare with")
@@ -58,7 +59,8 @@ def test_a_mode_is_refused_exactly_where_some_layer_does_not_take_it(routings, m
     with pytest.raises(ValueError) as refused:
         check_gradient_mode(layers, mode, "who")
     first = next(one for one in layers if mode not in layer_modes(one))
-    assert str(refused.value) == "who: " + gradient_mode_refusal(first.routing, mode, layer_modes(first))
+    refusal = unknown_mode_refusal(mode, "mode") or gradient_mode_refusal(first.routing, mode, layer_modes(first))
+    assert str(refused.value) == f"who: {refusal}"
 
 
 @pytest.mark.parametrize("routing", ONE_STEP)
@@ -89,7 +91,8 @@ def test_an_unknown_mode_is_refused_with_the_base_texts():
     model = CapsNet(**SMALL)
     with pytest.raises(ValueError) as reported:
         check_mode(model, "sideways", "--modes")
-    assert str(reported.value) == "--modes: " + gradient_mode_refusal("dynamic", "sideways", GRADIENT_MODES)
+    assert str(reported.value) == "--modes: mode must be one of ('full', 'detach'), got 'sideways'"
+    assert gradient_mode_refusal("dynamic", "sideways", GRADIENT_MODES) == unknown_mode_refusal("sideways", "gradient")
     assert parse_modes(None, model) == GRADIENT_MODES == supported_modes(model)
 
 

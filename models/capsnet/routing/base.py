@@ -47,21 +47,25 @@ def _parameter(shape, dtype):
 # The gradient-mode checks: every layer, the registry, the gradient-flow report, the gradflow command
 # and a training run ask these, so each refusal has one text.
 
+def unknown_mode_refusal(mode: str, argument: str | None = None):
+    """Why ``mode`` is no routing-gradient mode at all (one line), or None for "full" and "detach":
+    as a command-line value is refused ("unknown mode 'x'; choose from full, detach"), or, given the
+    name of the Python ``argument`` that holds it, as an argument is ("gradient must be one of
+    ('full', 'detach'), got 'x'")."""
+    if mode in GRADIENT_MODES:
+        return None
+    if argument is not None:
+        return f"{argument} must be one of {GRADIENT_MODES}, got {mode!r}"
+    return f"unknown mode {mode!r}; choose from {', '.join(GRADIENT_MODES)}"
+
+
 def gradient_mode_refusal(name: str, gradient: str, modes: tuple):
     """Why routing ``name``, which takes the gradient ``modes``, refuses ``gradient`` (one line), or None."""
     if gradient in modes:
         return None
     if gradient in GRADIENT_MODES:
         return f"routing {name!r} is not iterative: it has no {gradient!r} gradient mode (only {', '.join(modes)})"
-    return f"gradient must be one of {GRADIENT_MODES}, got {gradient!r}"
-
-
-def unknown_mode_refusal(mode: str):
-    """Why ``mode`` is no routing-gradient mode at all, as a command-line option's value is refused
-    ("unknown mode 'x'; choose from full, detach"), or None for "full" and "detach"."""
-    if mode in GRADIENT_MODES:
-        return None
-    return f"unknown mode {mode!r}; choose from {', '.join(GRADIENT_MODES)}"
+    return unknown_mode_refusal(gradient, "gradient")
 
 
 def layer_modes(layer) -> tuple:
@@ -77,9 +81,10 @@ def supported_modes(layers) -> tuple:
 
 
 def check_gradient_mode(layers, mode: str, who: str) -> None:
-    """ValueError "``who``: <refusal>" (``gradient_mode_refusal``'s text, one line) unless ``mode`` is
-    a gradient mode that every one of the routing ``layers`` takes."""
-    refusal = gradient_mode_refusal("?", mode, GRADIENT_MODES)
+    """ValueError "``who``: <refusal>" in one line unless ``mode`` is a gradient mode that every one
+    of the routing ``layers`` takes (``unknown_mode_refusal`` of the argument ``mode``, else
+    ``gradient_mode_refusal`` of the first layer that refuses it)."""
+    refusal = unknown_mode_refusal(mode, "mode")
     for layer in layers:
         refusal = refusal or gradient_mode_refusal(getattr(layer, "routing", "?"), mode, layer_modes(layer))
     if refusal:
