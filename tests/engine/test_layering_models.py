@@ -237,3 +237,19 @@ def test_no_docstring_names_an_old_module_path():
         for where, text in docstrings(path):
             found.update((path.relative_to(ROOT).as_posix(), name, where) for name in old_module_names(text))
     assert {(path, name, where) for path, name, where in found if (path, name) not in PENDING_OLD_NAMES} == set()
+
+
+FIGURES_MODULE = f"{PACKAGE}.analysis.figures"
+# the modules that show a statistic: each reads it from the figures registry, none keeps a list of its own
+FIGURE_CONSUMERS = ("analysis/routing_statistics.py", "analysis/plots.py", "analysis/study_figures.py",
+                    "app/cli/gradflow.py", "app/studies/registry.py", "app/studies/summary.py",
+                    "app/training/tensorboard_log.py")
+
+
+def test_the_figures_registry_imports_no_app_and_every_consumer_reads_it():
+    imports = layer_imports("analysis")[FIGURES_MODULE]
+    assert imports and all(m.split(".")[2] in ("analysis", "capsnet") for m in imports), sorted(imports)
+    for consumer in FIGURE_CONSUMERS:
+        path = MODELS / consumer
+        package = module_name(path).rpartition(".")[0]
+        assert FIGURES_MODULE in imported_modules(path, package), f"models/{consumer} does not read analysis.figures"
