@@ -132,7 +132,10 @@ class Figure:
             if not callable(value) and (what == "compute" or value is not None):
                 raise ValueError(f"Figure {self.name}: {what} must be callable, got {value!r}")
         if self.axis_range is not None:
-            low, high = self.axis_range
+            try:
+                low, high = (float(end) for end in self.axis_range)
+            except (TypeError, ValueError):
+                low = high = math.nan
             if not (math.isfinite(low) and math.isfinite(high) and low < high):
                 raise ValueError(f"Figure {self.name}: axis_range must be (low, high) with low < high, "
                                  f"got {self.axis_range!r}")

@@ -183,8 +183,9 @@ def test_a_figure_says_what_is_wrong_with_it_and_names_are_taken_once(figures_ke
         Figure("Bad name", len, "x")
     with pytest.raises(ValueError, match="per must be one of iteration, layer, line, got 'step'"):
         Figure("x", len, "x", per="step")
-    with pytest.raises(ValueError, match=r"axis_range must be \(low, high\) with low < high"):
-        Figure("x", len, "x", axis_range=(1.0, 0.0))
+    for bad in ((1.0, 0.0), 1.0, (0.0, 1.0, 2.0), (0.0, float("inf"))):
+        with pytest.raises(ValueError, match=r"axis_range must be \(low, high\) with low < high"):
+            Figure("x", len, "x", axis_range=bad)
     with pytest.raises(ValueError, match="compute must be callable"):
         Figure("x", None, "x")
     with pytest.raises(ValueError, match="axis_span must be one of range, from low"):
