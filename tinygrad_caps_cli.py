@@ -29,8 +29,9 @@ class StartUpInterrupt:
     Code run while libraries are imported can swallow that KeyboardInterrupt (C code that clears
     whatever error it meets, such as an extension module's initialisation), and training would
     then run to its end as if no Ctrl-C had come. What was received is checked after the imports,
-    and again by the training loop's own handler when it takes over (``models.run_state``), which
-    then stops at its first batch boundary (every rank together, in distributed training).
+    and again by the training loop's own handler when it takes over
+    (``tinygrad_caps.models.app.training.run_state``), which then stops at its first batch boundary
+    (every rank together, in distributed training).
     """
 
     def __init__(self):

@@ -8,7 +8,7 @@ The engine's device policy (the default device, ``normalize_device``, moving dat
 
 Device names: ``"cpu"``; ``"cuda"`` for the current CUDA device and ``"cuda:N"`` for another GPU
 (:func:`device_of`, the names a Tensor reports); or ``"cpu"`` and ``"cuda:N"`` whichever GPU is
-current (:func:`device_name`, for what must name one GPU later too: a launch, a recorded node).
+current (:func:`absolute_device_of`, for what must name one GPU later too: a launch, a recorded node).
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import contextlib
 import functools
 
 import numpy as np
+
+from . import moved
 
 
 class DeviceError(RuntimeError, ValueError):
@@ -82,13 +84,13 @@ def device_of(array) -> str:
     return cuda_device_name(array.device.id) if is_cupy_array(array) else "cpu"
 
 
-def device_name(array) -> str:
+def absolute_device_of(array) -> str:
     """"cpu" for a NumPy array, "cuda:N" for a CuPy array on GPU N (never "cuda", whose meaning
     changes with the current GPU)."""
     return f"cuda:{array.device.id}" if is_cupy_array(array) else "cpu"
 
 
-def device_context(array):
+def on_device_of(array):
     """A ``with`` context that makes the GPU holding ``array`` current (nothing for NumPy arrays):
     CuPy allocates and launches on the current GPU."""
     return array.device if is_cupy_array(array) else contextlib.nullcontext()
@@ -111,3 +113,7 @@ def multiprocessor_count(array, default: int) -> int:
     """The SM count of the GPU that holds ``array`` (asked once per GPU), or ``default`` for a
     NumPy array (the CPU emulation): what a launcher sizes a grid by."""
     return _multiprocessor_count(array.device.id) if is_cupy_array(array) else default
+
+
+# these two's names before the kernels and the engine shared one name each (CHANGELOG.md): they warn, go in 0.2
+moved.renamed(__name__, {"device_context": "on_device_of", "device_name": "absolute_device_of"})

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .device import DeviceError, array_module, device_context, device_name
+from .device import DeviceError, absolute_device_of, array_module, on_device_of
 
 SOURCE_DIR = Path(__file__).resolve().parent
 # Our options for RawModule; CuPy adds its own (include paths, -ftz=true, the architecture and
@@ -159,14 +159,14 @@ def prepare(op: str, named_arrays: dict, ndims: dict):
     if not has_kernels_for(dtype):
         raise TypeError(f"{op}: kernels take float32 or float64, got {first_name} of dtype {dtype}")
     for name, a in named_arrays.items():
-        if device_name(a) != device_name(first):
-            raise DeviceError(f"{op}: {name} is on {device_name(a)} but {first_name} is on {device_name(first)}; "
-                              f"move them to one device first")
+        if absolute_device_of(a) != absolute_device_of(first):
+            raise DeviceError(f"{op}: {name} is on {absolute_device_of(a)} but {first_name} is on "
+                              f"{absolute_device_of(first)}; move them to one device first")
         if np.dtype(a.dtype) != dtype:
             raise TypeError(f"{op}: {name} has dtype {a.dtype}, {first_name} has {dtype}")
         if a.ndim != ndims[name]:
             raise ValueError(f"{op}: {name} must have {ndims[name]} dimensions, got shape {tuple(a.shape)}")
-    with device_context(first):
+    with on_device_of(first):
         return xp, [xp.ascontiguousarray(a) for a in named_arrays.values()]
 
 
@@ -232,5 +232,5 @@ def default_runner(arrays):
 
 def empty_like_output(xp, shape, dtype, like=None):
     """An uninitialized output on the device of ``like``; the emulator fills outputs with NaN first."""
-    with device_context(like) if like is not None else contextlib.nullcontext():
+    with on_device_of(like) if like is not None else contextlib.nullcontext():
         return xp.empty(shape, dtype=dtype)

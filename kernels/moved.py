@@ -1,11 +1,14 @@
-"""Old module paths that still import, with a warning: the one mechanism every layer uses.
+"""Old module paths that still import, and old names that still read, with a warning: the one
+mechanism every layer uses.
 
 A package that moved modules calls ``install(package, {old: new})`` once (names relative to the
 package, dots allowed: ``{"training": "app.training.trainer"}``). Importing ``package.old`` then
 emits a ``DeprecationWarning`` naming the new path and gives the very module now at ``package.new``
 (the same object, imported on first use), so attributes set through either name act on one module.
-The old paths are listed in CHANGELOG.md and go in 0.2; the project's own code uses the new ones
-(its test suite turns this warning into an error).
+A module that renamed a public name calls ``renamed(__name__, {old: new})`` at its end: reading
+``module.old`` (``from module import old`` too) then warns and gives ``new``. The old paths and
+names are listed in CHANGELOG.md and go in 0.2; the project's own code uses the new ones (its test
+suite turns this warning into an error).
 
 Pure Python, no arrays: it lives in the lowest layer so that kernels/, the engine and models/ share it.
 """
@@ -106,3 +109,44 @@ def moved_modules() -> dict:
     """{old full path: new full path} of every package's moved modules (for CHANGELOG.md and its test)."""
     return {f"{f.package}.{old}": f"{f.package}.{new}" for f in sys.meta_path if isinstance(f, MovedModuleFinder)
             for old, new in f.moved.items()}
+
+
+_RENAMED: dict = {}  # module name -> {old attribute name: its replacement, as renamed() takes it}
+
+
+def renamed(module_name: str, names: dict) -> None:
+    """Let module ``module_name`` answer each old attribute name of ``names`` ({old: new}) until 0.2,
+    with a DeprecationWarning naming the new one. ``new`` is a name in the same module, or a full
+    dotted path ("package.module.name"; ending in "()" where the old constant is now the value of
+    that function, called on each read). Sets the module's ``__getattr__``; a second call adds to
+    the first's names."""
+    module = sys.modules[module_name]
+    table = _RENAMED.setdefault(module_name, {})
+    table.update(names)
+
+    def __getattr__(name):
+        if name not in table:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        warnings.warn(f"{module_name}.{name} is deprecated and will be removed in {REMOVED_IN}; use "
+                      f"{_full_name(module_name, table[name])} instead", DeprecationWarning, stacklevel=_caller_level())
+        return _value(module_name, table[name])
+
+    module.__getattr__ = __getattr__
+
+
+def _full_name(module_name: str, new: str) -> str:
+    """``new`` as a full dotted path: a bare name is one of ``module_name``'s."""
+    return new if "." in new.removesuffix("()") else f"{module_name}.{new}"
+
+
+def _value(module_name: str, new: str):
+    """What ``new`` (as ``renamed`` takes it) names: the attribute, or the function's value for "...()"."""
+    owner, _, name = _full_name(module_name, new).removesuffix("()").rpartition(".")
+    value = getattr(importlib.import_module(owner), name)
+    return value() if new.endswith("()") else value
+
+
+def renamed_names() -> dict:
+    """{old full name: new full name} of every renamed attribute (for CHANGELOG.md and its test)."""
+    return {f"{module_name}.{old}": _full_name(module_name, new)
+            for module_name, table in _RENAMED.items() for old, new in table.items()}

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .device import device_name
+from .device import absolute_device_of
 from .launch import DEFAULT_THREADS, KernelLaunch, check_int32, default_runner, grid_for, i32, prepare, suffix
 
 
@@ -44,9 +44,9 @@ def adam_step_capturable(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step,
     named = _adam_arrays(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq)
     _check_adam_arrays("adam_step_capturable", named, param)
     for name, a, dtype in (("lr", lr, np.float64), ("step", step, np.int32)):
-        if a.size != 1 or np.dtype(a.dtype) != dtype or device_name(a) != device_name(param):
+        if a.size != 1 or np.dtype(a.dtype) != dtype or absolute_device_of(a) != absolute_device_of(param):
             raise ValueError(f"adam_step_capturable: {name} must be one {np.dtype(dtype)} value on "
-                             f"{device_name(param)}, got {a.dtype} {tuple(a.shape)} on {device_name(a)}")
+                             f"{absolute_device_of(param)}, got {a.dtype} {tuple(a.shape)} on {absolute_device_of(a)}")
     if param.size == 0:
         return
     beta1, beta2 = betas

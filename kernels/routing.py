@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 from . import tune
-from .device import device_context, multiprocessor_count
+from .device import multiprocessor_count, on_device_of
 from .launch import DEFAULT_THREADS, MAX_BLOCKS, MAX_SHARED_BYTES, KernelLaunch, aligned, block_limit, check_int32, \
     default_runner, empty_like_output, fits_shared_memory, grid_for, i32, prepare, suffix, vector_width
 
@@ -330,7 +330,7 @@ def _routing_forward_sliced(xp, u_hat, v, c, logits, iterations, eps_scalar, pla
         if plan is None:
             raise ValueError(f"routing_forward: J*D = {j * d} values per example do not fit shared memory with "
                              f"{threads} threads")
-    with device_context(u_hat):
+    with on_device_of(u_hat):
         counters = xp.zeros((iterations, b), dtype=np.uint32)  # one row of tickets per launch (set back to 0 by it)
     buffers = [v] + ([empty_like_output(xp, (b, j, d), u_hat.dtype, like=u_hat)] if iterations > 1 else [])
     grid = (min(b * plan.slices, block_limit(runner)),)

@@ -7,7 +7,7 @@ They are listed in CHANGELOG.md and go in 0.2; our own code uses only the new pa
 """
 from __future__ import annotations
 
-from tinygrad_caps.kernels import moved
+import tinygrad_caps.kernels.moved as moved
 
 # old path (under the package) -> where the module is now
 MOVED = {

@@ -18,17 +18,13 @@ import os
 
 import numpy as np
 
-# The device helpers both layers use (the kernels import nothing of the engine, so they live there);
-# imported here under the names the engine has always used.
-from .kernels.device import (DeviceError, array_module, cuda_device_name, cuda_index, cupy_module,  # noqa: F401
-                             current_cuda_device, device_of, is_cupy_array, module_for, on_device,
-                             parse_cuda_index as _parse_cuda_index)
-# on_device_of(array): ``on_device`` for the device that holds ``array`` (CuPy allocates on the
-# current device); the launchers use it for the same purpose.
-from .kernels.device import device_context as on_device_of  # noqa: F401
-# absolute_device_of(array): "cpu" or "cuda:N" for the device holding ``array`` (never "cuda", whose
-# meaning changes with the current GPU)
-from .kernels.device import device_name as absolute_device_of  # noqa: F401
+# The device helpers both layers use (the kernels import nothing of the engine, so they live there),
+# each under the one name both layers call it by. on_device_of(array): ``on_device`` for the device
+# that holds ``array`` (CuPy allocates on the current device); absolute_device_of(array): "cpu" or
+# "cuda:N" for the device holding ``array`` (never "cuda", whose meaning changes with the current GPU).
+from .kernels.device import (DeviceError, absolute_device_of, array_module, cuda_device_name,  # noqa: F401
+                             cuda_index, cupy_module, current_cuda_device, device_of, is_cupy_array, module_for,
+                             on_device, on_device_of, parse_cuda_index as _parse_cuda_index)
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,7 +12,8 @@ import tinygrad_caps as tc
 from tinygrad_caps.backend import to_numpy
 
 from ..capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT
-from ..capsnet.routing import GRADIENT_MODES, gradient_mode_refusal
+from ..capsnet.routing import check_gradient_mode, other_mode_refusal
+from ..capsnet.routing import supported_modes as modes_of_layers
 from .routing_statistics import layer_statistics, network_scores
 
 HESSIAN_PARAMETER = "digit.weight"
@@ -40,22 +41,15 @@ def _temporarily(objects, attribute: str, value):
 
 
 def supported_modes(model) -> tuple:
-    """The routing-gradient modes that every routing layer of ``model`` takes (a layer's
-    ``gradient_modes``; "full" alone for the algorithms that are not iterative)."""
-    layers = [layer for _, layer in routing_layers(model)]
-    return tuple(mode for mode in GRADIENT_MODES
-                 if all(mode in getattr(layer, "gradient_modes", GRADIENT_MODES) for layer in layers))
+    """The routing-gradient modes that every routing layer of ``model`` takes ("full" alone where a
+    routing is not iterative; ``capsnet.routing.supported_modes``)."""
+    return modes_of_layers(layer for _, layer in routing_layers(model))
 
 
 def check_mode(model, mode: str, who: str = "gradient_flow_report") -> None:
-    """ValueError in one line unless every routing layer of ``model`` takes gradient mode ``mode``."""
-    if mode not in GRADIENT_MODES:
-        raise ValueError(f"{who}: mode must be one of {GRADIENT_MODES}, got {mode!r}")
-    for _, layer in routing_layers(model):
-        refusal = gradient_mode_refusal(getattr(layer, "routing", "?"), mode,
-                                        getattr(layer, "gradient_modes", GRADIENT_MODES))
-        if refusal:
-            raise ValueError(f"{who}: {refusal}")
+    """ValueError in one line unless every routing layer of ``model`` takes gradient mode ``mode``
+    (``capsnet.routing.check_gradient_mode``)."""
+    check_gradient_mode((layer for _, layer in routing_layers(model)), mode, who)
 
 
 def routing_gradient(model, mode: str):
@@ -218,10 +212,11 @@ def mode_gradient_cosines(model, x, labels, reconstruction_weight=DEFAULT_RECONS
     were. None where either gradient is zero.
     """
     own_mode = routing_layers(model)[-1][1].gradient
-    others = [mode for mode in supported_modes(model) if mode != own_mode]
-    if not others:
-        raise ValueError(f"mode_gradient_cosines: routing {model.config.routing!r} has one gradient mode ({own_mode})")
-    other = others[0]
+    modes = supported_modes(model)
+    refusal = other_mode_refusal(model.config.routing, modes, "mode_gradient_cosines")
+    if refusal:
+        raise ValueError(refusal)
+    other = next(mode for mode in modes if mode != own_mode)
     own = {name: np.zeros(p.shape) if p.grad is None else to_numpy(p.grad.data).astype(np.float64)
            for name, p in model.named_parameters()}
     with _kept_parameter_grads(model), routing_gradient(model, other):

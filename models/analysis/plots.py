@@ -1,5 +1,7 @@
 """Figures of the gradient-flow lab: a gradflow report (``gradflow.png``) and a training run's
-curves (``tinygrad-caps plot``). Needs matplotlib (the ``viz`` extra).
+curves (``tinygrad-caps plot``), whose gradient-flow panels are those of the figures registry
+(``figures.plot_panels``: the gradient per iteration and path, the T-score, then one per
+registered figure with a panel of its own). Needs matplotlib (the ``viz`` extra).
 
 On the log axes a zero (no gradient, or uniform coupling) is drawn on a dotted floor a decade below
 the smallest positive value, the legend saying where ("0 (drawn on this floor), at 1e-5"), and a
@@ -11,6 +13,7 @@ to their range: the T-score's axis ends at 1 (and is [0, 1] where every T is 0),
 """
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -19,12 +22,12 @@ import numpy as np
 from ..errors import UsageError
 from .figure_style import (bounded_axis, coinciding_labels, integer_ticks, log_floor, mark_floor, on_log_axis,
                            picture_format, say_all_zero, series_style, single_point_room, write_values)
+from .figures import FIGURES, layer_values, line_value, plot_panels
 
 UNIFORM_TEXT = "every coupling is uniform\n(1 - entropy <= 0, to rounding)"
 UNIFORM_FLOOR = "<= 0: uniform, to rounding (drawn on this floor)"
 PATH_LINES = {"sum": "-", "agreement": "--"}
 PATHS = ("sum", "agreement")
-T_RANGE = (0.0, 1.0)  # 1 - entropy / log J: 0 for a uniform coupling, 1 for a one-hot one
 COSINE_RANGE = (-1.0, 1.0)
 ACCURACY_RANGE = (0.0, 1.0)
 
@@ -96,6 +99,11 @@ def _log_panel(ax, series, zero_text: str, floor_label: str = "0 (drawn on this 
         bounded_axis(ax, *bounds, values=[v for v in every if v is not None and v > 0])
 
 
+def _t_range() -> tuple:
+    """Where 1 - entropy / log J lies (the T-score's range): 0 for a uniform coupling, 1 for a one-hot one."""
+    return FIGURES["t_score"].axis_range
+
+
 def _t_score_label(ax) -> str:
     scale = "log scale; " if ax.get_yscale() == "log" else ""
     return f"1 - coupling entropy / log J\n({scale}0 = uniform)"
@@ -124,7 +132,7 @@ def gradflow_figure(report: dict):
     integer_ticks(ax.xaxis)
     ax.legend(fontsize=7)
     ax = axes[0, 1]
-    _log_panel(ax, entropy, UNIFORM_TEXT, UNIFORM_FLOOR, bounds=T_RANGE)
+    _log_panel(ax, entropy, UNIFORM_TEXT, UNIFORM_FLOOR, bounds=_t_range())
     ax.set(xlabel="routing iteration r", ylabel=_t_score_label(ax), title="coupling: departure from uniform (T-score)")
     integer_ticks(ax.xaxis)
     ax.legend(fontsize=7)
@@ -205,11 +213,17 @@ def plot_metrics(metrics: list, gradflow: list, path, name: str = "") -> None:
 
 def run_figure(metrics: list, gradflow: list, name: str = ""):
     """The matplotlib figure of ``tinygrad-caps plot`` from checked log lines (``app.run_logs.read_metrics``
-    and ``read_gradflow``): loss and accuracy, and with gradflow lines the two gradient-flow panels."""
+    and ``read_gradflow``): loss and accuracy, and with gradflow lines a gradient-flow panel per
+    panel of ``figures.plot_panels()`` (the gradient per iteration and path, the T-score, then one
+    per figure registered with a panel of its own), two panels a row."""
     plt = _needs_pyplot("plot")
     if gradflow:
-        fig, grid = plt.subplots(2, 2, figsize=(11, 8.5))
+        panels = gradflow_panels()
+        rows = math.ceil((2 + len(panels)) / 2)
+        fig, grid = plt.subplots(rows, 2, figsize=(11, 4.25 * rows))
         axes = list(grid.ravel())
+        for spare in axes[2 + len(panels):]:
+            fig.delaxes(spare)
     else:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     epochs = [m["epoch"] for m in metrics]
@@ -231,38 +245,96 @@ def run_figure(metrics: list, gradflow: list, name: str = ""):
             bounded_axis(ax, *ACCURACY_RANGE, [m[key] for m in metrics for key in keys], span="data")
         ax.legend(fontsize=8)
     if gradflow:
-        _gradflow_lines(axes[2], axes[3], gradflow)
+        for ax, (panel, figures) in zip(axes[2:], panels.items()):
+            RUN_PANELS.get(panel, _figures_panel)(ax, gradflow, figures)
+            integer_ticks(ax.xaxis)
+            single_point_room(ax, [line["step"] for line in gradflow])
+            if panel in RUN_PANELS or ax.get_legend_handles_labels()[1]:
+                ax.legend(fontsize=7)
     if name:  # a study run's name holds its configuration's options: wrapped, never cut
         fig.suptitle(textwrap.fill(f"run {name}", 120, break_long_words=False), fontsize=11)
     fig.tight_layout()
     return fig
 
 
-def _gradflow_lines(norm_axis, entropy_axis, lines):
-    """The gradient-flow panels of ``run_figure``: |grad u_hat| per layer, iteration and path (every
-    path the trace has: "agreement" wherever some line logged it), and 1 - entropy per iteration."""
-    steps = [line["step"] for line in lines]
-    norms, entropies = [], []
-    several = len(lines[0]["layers"]) > 1
-    for k, layer in enumerate(lines[0]["layers"]):
-        for r in range(len(layer["iterations"])):
-            def series(key, k=k, r=r):
-                """``key`` of layer k's iteration r over the lines."""
-                return [line["layers"][k]["iterations"][r][key] for line in lines]
+def gradflow_panels() -> dict:
+    """``figures.plot_panels()`` in the order ``run_figure`` draws them: its own panels first (the
+    gradient per path, then the T-score), then the others in the registry's order."""
+    panels = plot_panels()
+    return {**{name: panels[name] for name in RUN_PANELS if name in panels},
+            **{name: figures for name, figures in panels.items() if name not in RUN_PANELS}}
 
-            prefix = f"{layer['name']} r={r}" if several else f"r={r}"
-            for path in logged_paths(lambda p: series(f"grad_norm_{p}")):
-                norms.append((steps, series(f"grad_norm_{path}"), f"{prefix} {path}", path))
-            entropies.append((steps, [1.0 - e for e in series("coupling_entropy")], prefix, {}))
+
+def _layer_series(lines, figure=None, key=None) -> list:
+    """[(prefix, values over the lines)], one per layer and iteration, of an iteration or layer
+    ``figure`` (or of the rows' ``key``; None where a row lacks it); the prefix "r=R", or
+    "LAYER r=R" where there are several layers."""
+    several = len(lines[0]["layers"]) > 1
+    found = []
+    for k, layer in enumerate(lines[0]["layers"]):
+        rows = [line["layers"][k]["iterations"] for line in lines]
+        per_line = [[row.get(key) for row in one] if key else layer_values(figure, one) for one in rows]
+        for r in range(len(layer["iterations"])):
+            found.append((f"{layer['name']} r={r}" if several else f"r={r}", [values[r] for values in per_line]))
+    return found
+
+
+def _path_panel(ax, lines, figures):
+    """|grad u_hat| per layer, iteration and path (every path the trace has: "agreement" wherever
+    some line logged it)."""
+    steps = [line["step"] for line in lines]
+    norms = []
+    for (prefix, sums), (_, agreements) in zip(_layer_series(lines, key="grad_norm_sum"),
+                                               _layer_series(lines, key="grad_norm_agreement")):
+        values = {"sum": sums, "agreement": agreements}
+        for path in logged_paths(values.get):
+            norms.append((steps, values[path], f"{prefix} {path}", path))
     norms = [(x, values, label, path_style(series_style(k, len(norms), len(steps)), path))
              for k, (x, values, label, path) in enumerate(norms)]
-    for k, (_, _, _, style) in enumerate(entropies):
-        style.update(series_style(k, len(entropies), len(steps)))
-    _log_panel(norm_axis, norms, "all gradients are zero")
-    _log_panel(entropy_axis, entropies, UNIFORM_TEXT, UNIFORM_FLOOR, bounds=T_RANGE)
-    norm_axis.set(xlabel="step", ylabel="|grad u_hat|", title="gradient per iteration and path")
-    entropy_axis.set(xlabel="step", ylabel=_t_score_label(entropy_axis), title="coupling: departure from uniform (T-score)")
-    for ax in (norm_axis, entropy_axis):
-        integer_ticks(ax.xaxis)
-        single_point_room(ax, steps)
-        ax.legend(fontsize=7)
+    _log_panel(ax, norms, "all gradients are zero")
+    ax.set(xlabel="step", ylabel="|grad u_hat|", title="gradient per iteration and path")
+
+
+def _t_panel(ax, lines, figures):
+    """1 - entropy per layer and iteration (every log holds the entropy; the T-score came later)."""
+    steps = [line["step"] for line in lines]
+    series = _layer_series(lines, key="coupling_entropy")
+    entropies = [(steps, [None if e is None else 1.0 - e for e in values], prefix,
+                  series_style(k, len(series), len(steps))) for k, (prefix, values) in enumerate(series)]
+    _log_panel(ax, entropies, UNIFORM_TEXT, UNIFORM_FLOOR, bounds=_t_range())
+    ax.set(xlabel="step", ylabel=_t_score_label(ax), title="coupling: departure from uniform (T-score)")
+
+
+def _figures_panel(ax, lines, figures):
+    """A panel of registered figures over the logged steps: per layer and iteration for a figure
+    stored per iteration (or derived per layer), one curve for a line figure; drawn as each says
+    (``shown``, its range, a log axis with its floor and zero texts)."""
+    steps = [line["step"] for line in lines]
+    series = []
+    for figure in figures:
+        if figure.per == "line":
+            found = [(figure.name, [line_value(figure, line) for line in lines])]
+        else:
+            found = [(f"{figure.name} {prefix}" if len(figures) > 1 else prefix, values)
+                     for prefix, values in _layer_series(lines, figure)]
+        series += [(steps, figure.drawn(values), label) for label, values in found]
+    series = [(x, values, label, series_style(k, len(series), len(steps))) for k, (x, values, label) in enumerate(series)]
+    first = figures[0]
+    every = [v for _, drawn, _, _ in series for v in drawn if v is not None]
+    if not every:
+        say_all_zero(ax, "not logged" if first.missing_reason is None else first.missing_reason)
+    elif first.log_scale:
+        _log_panel(ax, series, first.zero_text or "all values are 0", first.floor_label or "0 (drawn on this floor)",
+                   bounds=first.axis_range)
+    else:
+        for (x, drawn, label, style), shown in zip(series, coinciding_labels(series)):
+            ax.plot(x, [np.nan if v is None else v for v in drawn], label=shown, **style)
+        if first.axis_range is not None:
+            bounded_axis(ax, *first.axis_range, every, span=first.axis_span)
+    scale = " (log scale)" if ax.get_yscale() == "log" else ""
+    ax.set(xlabel="step", ylabel=(first.axis_label or first.label) + scale,
+           title=", ".join(figure.shown_label or figure.label for figure in figures))
+
+
+# the panels ``run_figure`` draws in a way of their own, by panel name (figures.plot_panels)
+RUN_PANELS = {"paths": _path_panel, "t_score": _t_panel}

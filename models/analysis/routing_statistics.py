@@ -24,6 +24,7 @@ As their authors define them:
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -33,9 +34,17 @@ from tinygrad_caps import functional as F
 from tinygrad_caps.backend import array_module, is_cupy_array, on_device_of, to_numpy
 from tinygrad_caps.tensor import Tensor
 
-STATISTICS = ("coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine", "grad_norm_sum",
-              "grad_norm_agreement")
 _EPS = 1e-12
+
+
+def __getattr__(name):
+    """``STATISTICS``: the names of the per-iteration statistics (``figures.iteration_figures()``), in
+    the order of ``routing_statistics``' keys; registered figures included."""
+    if name == "STATISTICS":
+        from .figures import iteration_figures  # (figures.py builds on this module's functions)
+
+        return tuple(figure.name for figure in iteration_figures())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _values(t) -> np.ndarray:
@@ -172,6 +181,70 @@ def _grad_norm(t, tracked=None):
         return float(array_module(g).linalg.norm(g.ravel()))  # one BLAS dot, in the gradient's own dtype
 
 
+class IterationView:
+    """Iteration r of one routing layer's trace, as the per-iteration figures read it
+    (``figures.Figure.compute``); what several of them share is computed once: the T-score (the
+    entropy is 1 - T) and |u_hat|, per distinct u_hat array, across the iterations whose views
+    share ``lengths`` (every u_hat_sum[r] of a real trace views the same u_hat)."""
+
+    def __init__(self, trace, r: int, lengths: dict | None = None, from_activations: bool | None = None):
+        self.trace, self.r = trace, r
+        self._lengths = {} if lengths is None else lengths
+        self.from_activations = (d_score_source(trace) == "activations" if from_activations is None
+                                 else from_activations)
+
+    @property
+    def coupling(self):
+        """c_r (B, I, J)."""
+        return self.trace.coupling[self.r]
+
+    @property
+    def outputs(self):
+        """v_r (B, J, D)."""
+        return self.trace.outputs[self.r]
+
+    @functools.cached_property
+    def t_score(self) -> float:
+        """``t_score`` of c_r."""
+        return t_score(self.coupling)
+
+    @property
+    def d_score(self) -> float:
+        """The D-score of iteration r: of the output activations where the routing has them, else of
+        the output lengths (``d_score_source``)."""
+        if self.from_activations:
+            return activation_d_score(self.trace.activations[self.r])
+        return d_score(self.outputs)
+
+    @property
+    def has_u_hat(self) -> bool:
+        """Whether the trace recorded u_hat's use in the weighted sum of iteration r."""
+        return self.r < len(self.trace.u_hat_sum)
+
+    @property
+    def agreement_cosine(self):
+        """``agreement_cosine`` of u_hat and v_r (the trace's a_r where it holds the dot products;
+        |u_hat| shared); None where the trace recorded no u_hat for r."""
+        if not self.has_u_hat:
+            return None
+        u = _native(self.trace.u_hat_sum[self.r])
+        key = _array_key(u)
+        if key not in self._lengths:
+            self._lengths[key] = prediction_lengths(u)
+        trace, r = self.trace, self.r
+        known = trace.agreement[r] if r < len(trace.agreement) and getattr(trace, "dot_agreement", True) else None
+        return agreement_cosine(u, self.outputs, known, self._lengths[key])
+
+    def grad_norm(self, path: str):
+        """The norm of the gradient reaching u_hat through ``path`` ("sum" or "agreement") at
+        iteration r (``_grad_norm``); None where the trace has no such use of u_hat for r."""
+        uses = self.trace.u_hat_sum if path == "sum" else self.trace.u_hat_agreement
+        if self.r >= len(uses):
+            return None
+        tracked = getattr(self.trace, "grad_norms", {})
+        return _grad_norm(uses[self.r], tracked.get((f"u_hat_{path}", self.r)))
+
+
 def routing_statistics(trace) -> dict:
     """Statistics of every iteration of one routing layer.
 
@@ -185,42 +258,28 @@ def routing_statistics(trace) -> dict:
         "grad_norm_sum" / "grad_norm_agreement", the Frobenius norms of ``u_hat_sum[r].grad`` /
         ``u_hat_agreement[r].grad`` (0.0 where that use of u_hat is detached; None where no gradient
         was retained or tracked (``trace.track_grad_norms()``), and where the trace has no agreement
-        path for r: the last iteration of dynamic and EM routing).
+        path for r: the last iteration of dynamic and EM routing); then every per-iteration figure
+        registered with ``figures.register_figure`` (``STATISTICS`` names them all, in this order).
     """
+    from .figures import iteration_figures  # (figures.py builds on this module's functions)
+
     iterations = len(trace.coupling)
     if len(trace.outputs) != iterations:
         raise ValueError(f"routing_statistics: the trace has {iterations} couplings but {len(trace.outputs)} outputs")
-    stats = {name: [] for name in STATISTICS}
-    from_activations = d_score_source(trace) == "activations"
-    lengths = {}  # |u_hat| per distinct u_hat array: every u_hat_sum[r] of a real trace views the same one
+    figures = iteration_figures()
+    stats = {figure.name: [] for figure in figures}
+    lengths, from_activations = {}, d_score_source(trace) == "activations"
     for r in range(iterations):
-        score = t_score(trace.coupling[r])
-        stats["coupling_entropy"].append(1.0 - score)
-        stats["t_score"].append(score)
-        stats["polarization"].append(polarization(trace.coupling[r]))
-        stats["d_score"].append(activation_d_score(trace.activations[r]) if from_activations else d_score(trace.outputs[r]))
-        has_u_hat = r < len(trace.u_hat_sum)
-        cosine = None
-        if has_u_hat:
-            u = _native(trace.u_hat_sum[r])
-            key = _array_key(u)
-            if key not in lengths:
-                lengths[key] = prediction_lengths(u)
-            known = trace.agreement[r] if r < len(trace.agreement) and getattr(trace, "dot_agreement", True) else None
-            cosine = agreement_cosine(u, trace.outputs[r], known, lengths[key])
-        stats["agreement_cosine"].append(cosine)
-        tracked = getattr(trace, "grad_norms", {})
-        stats["grad_norm_sum"].append(_grad_norm(trace.u_hat_sum[r], tracked.get(("u_hat_sum", r))) if has_u_hat else None)
-        agreement_path = r < len(trace.u_hat_agreement)  # dynamic routing: r < R-1; one-step algorithms: r = 0
-        stats["grad_norm_agreement"].append(
-            _grad_norm(trace.u_hat_agreement[r], tracked.get(("u_hat_agreement", r))) if agreement_path else None)
+        view = IterationView(trace, r, lengths, from_activations)
+        for figure in figures:
+            stats[figure.name].append(figure.compute(view))
     return stats
 
 
 def per_iteration(stats: dict) -> list:
     """The dict of lists from ``routing_statistics`` as one dict per iteration: [{"iteration": 0, ...}, ...]."""
     count = len(stats["coupling_entropy"])
-    return [dict({"iteration": r}, **{name: stats[name][r] for name in STATISTICS}) for r in range(count)]
+    return [dict({"iteration": r}, **{name: values[r] for name, values in stats.items()}) for r in range(count)]
 
 
 def layer_statistics(trace, name: str | None = None) -> dict:

@@ -1,6 +1,7 @@
 """The picture of a study's summary (``study run``'s summary.png): each configuration's mean test
 accuracy with its interval and seeds, the learning curves, and every gradient-flow figure the study
-reports over training, two panels a row.
+reports over training, two panels a row, each drawn as its entry of ``figures.FIGURES`` says
+(label, axis, range, log scale, texts).
 
 Each curve panel has its own legend under it, where a configuration whose curve coincides with an
 earlier one's (equal where shown, ``figure_style.coinciding_labels``) is marked "(= EARLIER)" when
@@ -32,31 +33,9 @@ import textwrap
 import numpy as np
 
 from .figure_style import bounded_axis, coinciding_labels, integer_ticks, say_all_zero, series_style
+from .figures import FIGURES
 from .plots import _log_panel, pyplot
 
-FIGURE_LABELS = {"inner_share": "inner iterations' share of |grad u_hat| (DigitCaps)",
-                 "mode_cosine": "cos(full, detach) of the gradient", "t_score": "T-score (mean over routing layers)",
-                 "d_score": "D-score (hidden layers)", "digit_d_score": "D of DigitCaps",
-                 "lowest_grad_norm": "|grad u_hat| of the lowest routing layer"}
-AXIS_LABELS = {"inner_share": "share of |grad u_hat|", "mode_cosine": "1 - cos(full, detach)", "t_score": "T-score",
-               "d_score": "D-score", "digit_d_score": "D", "lowest_grad_norm": "|grad u_hat|"}
-# why a configuration has no value of a figure (every logged step None)
-MISSING_REASONS = {"inner_share": "no inner iteration: one routing step",
-                   "mode_cosine": "no mode cosine logged: one gradient mode",
-                   "d_score": "no hidden capsule layer"}
-
-LOG_FIGURES = ("mode_cosine", "t_score", "lowest_grad_norm")  # drawn on a log axis (1 - cos for the cosine)
-# the range of each bounded figure as its panel draws it (1 - cos for the cosine); a D-score is a
-# standard deviation of values in [0, 1], so at most 1/2
-FIGURE_RANGES = {"inner_share": (0.0, 1.0), "t_score": (0.0, 1.0), "d_score": (0.0, 0.5), "digit_d_score": (0.0, 0.5),
-                 "mode_cosine": (0.0, 2.0)}
-# how much of its range a linear panel shows: a D-score's values use a small part of [0, 1/2]
-FIGURE_SPANS = {"d_score": "from low", "digit_d_score": "from low"}
-# 1 - cos below this is float64 rounding of identical gradients (1 iteration's "modes"), not a figure
-COSINE_ROUNDING = 1e-12
-FLOOR_LABELS = {"mode_cosine": "< 1e-12: identical, to rounding (drawn on this floor)"}
-ZERO_TEXTS = {"mode_cosine": "1 - cos < 1e-12 everywhere:\nthe gradients are identical, to rounding",
-              "t_score": "T = 0 everywhere: uniform couplings", "lowest_grad_norm": "all gradients are zero"}
 COLUMNS = 2
 ACCURACY_RANGE = (0.0, 1.0)  # where an accuracy, and so the drawn part of its interval, lies
 CLIPPED_LABEL = "interval clipped to [0, 1]"
@@ -94,7 +73,7 @@ def _summary_figure(plt, summary: dict):
     """``study_summary_figure``'s work, inside its font sizes: the grid, sized from the number of
     configurations (the accuracy panel's rows, the legends under the panels), and its panels."""
     rows = summary["rows"]
-    figures = [name for name in summary.get("figures", ()) if name in FIGURE_LABELS]
+    figures = [name for name in summary.get("figures", ()) if name in FIGURES]
     panels = 2 + len(figures)
     grid_rows = math.ceil(panels / COLUMNS)
     longest = max((len(row["config_id"]) for row in rows), default=0)
@@ -218,7 +197,9 @@ def routing_of(row: dict):
 
 
 def _figure_panel(ax, summary: dict, name: str) -> None:
-    """One gradient-flow figure of every configuration over the logged steps (mean over seeds)."""
+    """One gradient-flow figure of every configuration over the logged steps (mean over seeds),
+    drawn as its entry of ``figures.FIGURES`` says: its values as shown, range, axis and texts."""
+    figure = FIGURES[name]
     series, missing, kinds = [], [], []
     for k, row in enumerate(summary["rows"]):
         gradflow = row["curves"]["gradflow"]
@@ -228,34 +209,25 @@ def _figure_panel(ax, summary: dict, name: str) -> None:
         elif not gradflow or not gradflow.get("step"):
             missing.append((row["config_id"], "no gradient-flow log"))
         elif all(v is None for v in values):
-            missing.append((row["config_id"], MISSING_REASONS.get(name, "not logged")))
+            missing.append((row["config_id"], figure.missing_reason or "not logged"))
         else:
-            series.append((gradflow["step"], _shown(name, values), row["config_id"],
+            series.append((gradflow["step"], figure.drawn(values), row["config_id"],
                            _style(k, summary, len(gradflow["step"]))))
             kinds.append(routing_of(row))
-    bounds = FIGURE_RANGES.get(name)
-    if name in LOG_FIGURES and series:
-        _log_panel(ax, series, ZERO_TEXTS.get(name, "all values are 0"), FLOOR_LABELS.get(name, "0 (drawn on this floor)"),
+    bounds = figure.axis_range
+    if figure.log_scale and series:
+        _log_panel(ax, series, figure.zero_text or "all values are 0", figure.floor_label or "0 (drawn on this floor)",
                    bounds=bounds, kinds=kinds)
     else:
         for (x, values, _, style), label in zip(series, coinciding_labels(series, kinds=kinds)):
             ax.plot(x, [math.nan if v is None else v for v in values], label=label, **style)
         if series and bounds is not None:
-            bounded_axis(ax, *bounds, [v for _, values, _, _ in series for v in values],
-                         span=FIGURE_SPANS.get(name, "range"))
+            bounded_axis(ax, *bounds, [v for _, values, _, _ in series for v in values], span=figure.axis_span)
     scale = " (log scale)" if ax.get_yscale() == "log" else ""
-    label = "1 - " + FIGURE_LABELS[name] if name == "mode_cosine" else FIGURE_LABELS[name]
-    ax.set(xlabel="training step", ylabel=AXIS_LABELS[name] + scale, title=f"{label}\n(mean over seeds, logged steps)")
+    ax.set(xlabel="training step", ylabel=(figure.axis_label or figure.label) + scale,
+           title=f"{figure.shown_label or figure.label}\n(mean over seeds, logged steps)")
     integer_ticks(ax.xaxis)
     _finish(ax, summary, series, missing, bounds)
-
-
-def _shown(name: str, values: list) -> list:
-    """A figure's values as its panel draws them: 1 - cos for the cosine, rounding (1 - cos below
-    ``COSINE_ROUNDING``) as 0, which a log axis draws on its floor."""
-    if name != "mode_cosine":
-        return list(values)
-    return [None if v is None else (0.0 if 1.0 - v < COSINE_ROUNDING else 1.0 - v) for v in values]
 
 
 def _style(k: int, summary: dict, points: int) -> dict:

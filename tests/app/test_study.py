@@ -19,7 +19,7 @@ from tinygrad_caps.models.app.cli import study as study_command
 from tinygrad_caps.models.app.studies import driver as study_driver, registry as study_registry
 from tinygrad_caps.models.app.training import trainer as training
 from tinygrad_caps.models.app.studies.registry import STUDIES, register_study
-from tinygrad_caps.models.app.studies.summary import line_figures
+from tinygrad_caps.models.analysis.figures import line_values
 
 T975_DF1 = 12.7062047362  # Student's t, 97.5% quantile, one degree of freedom
 
@@ -247,7 +247,7 @@ def test_a_study_registered_from_python_runs_with_its_parameters(tmp_path, data,
     row = read_json(tmp_path / "w" / "summary.json")["rows"][0]
     assert row["config_id"] == "digit2" and row["n"] == 1
     line = read_lines(tmp_path / "w" / "runs" / "digit2" / "seed-0" / "gradflow.jsonl")[-1]
-    assert row["metrics"]["t_score"]["mean"] == pytest.approx(line_figures(line)["t_score"])
+    assert row["metrics"]["t_score"]["mean"] == pytest.approx(line_values(line, ["t_score"])["t_score"])
 
 
 @pytest.mark.parametrize("call, message", [

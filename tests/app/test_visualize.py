@@ -350,13 +350,14 @@ def panel_texts(ax):
 
 
 def test_study_summary_is_a_readable_grid_of_every_figure(tmp_path):
-    from tinygrad_caps.models.analysis.study_figures import FIGURE_LABELS, plot_study_summary, study_summary_figure
+    from tinygrad_caps.models.analysis.figures import FIGURES
+    from tinygrad_caps.models.analysis.study_figures import plot_study_summary, study_summary_figure
 
     fig = study_summary_figure(study_summary([summary_row("a"), summary_row("b", (0.7, 0.8), hidden=True)]))
     assert len(fig.axes) == 2 + len(ALL_FIGURES)  # every figure the study reports, not two of them
     assert {ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes} == {(4, 2)}  # two panels a row
     for name in ALL_FIGURES:
-        label = FIGURE_LABELS[name]
+        label = FIGURES[name].label
         assert any(label in ax.get_title() for ax in fig.axes), name
     width, height = fig.get_size_inches()
     assert height > 0.9 * width  # a grid, not a strip

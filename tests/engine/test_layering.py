@@ -21,6 +21,9 @@ PACKAGE_OF = {"tinygrad_caps": "tinygrad_caps", "kernels": "tinygrad_caps.kernel
 RULES = [
     ("kernels", ("tinygrad_caps",), ("tinygrad_caps.kernels",)),  # the kernels deal in arrays only
     ("tinygrad_caps", ("tinygrad_caps.models",), ()),               # the engine knows no model
+    # the models reach the kernels only through the engine (its re-exports, e.g. ops.linalg.PRECISIONS),
+    # but for the one mechanism of old paths and names every layer shares
+    ("models", ("tinygrad_caps.kernels",), ("tinygrad_caps.kernels.moved",)),
 ]
 
 

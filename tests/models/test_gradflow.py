@@ -11,14 +11,14 @@ import tinygrad_caps as tc
 from tinygrad_caps.models import CapsNet, cli, gradient_flow_report
 from tinygrad_caps.models.app.cli import gradflow as gradflow_command
 from tinygrad_caps.models.analysis.gradflow import hessian_top_eigenvalue, mean_of_reports
+from tinygrad_caps.models.analysis.routing_statistics import STATISTICS as ITERATION_STATISTICS
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 needs_fashion = pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),
                                    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
 TINY_MODEL = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4"]
 TINY_OPTIONS = dict(conv1_channels=4, primary_types=2, primary_dim=4, digit_dim=4)
-STATISTICS = {"iteration", "coupling_entropy", "t_score", "polarization", "d_score", "agreement_cosine",
-              "grad_norm_sum", "grad_norm_agreement"}
+STATISTICS = {"iteration", *ITERATION_STATISTICS}  # every per-iteration figure (analysis/figures.py)
 
 
 def tiny_model(iterations=3, gradient="full"):

@@ -19,9 +19,10 @@ file becomes ``<name>.txt``, its tags of each kind sorted, each scalar tag's ste
 interval rate ``train/images_per_second`` and metrics' ``seconds`` only as steps) and each other
 tag's steps. PNG files are kept byte for byte (matplotlib writes the same bytes for the same drawing
 calls; a second run of this script on the same tree shows it). The stdout of a study run with
-``--jobs 2`` has its lines sorted and its progress lines while runs are going left out: two workers'
-lines interleave as they happen to finish, and which runs such a line names, and its estimate of
-the time left, depend on timing (the last one, "N finished, 0 running, 0 left", is kept).
+``--jobs 2`` has its lines sorted and its progress lines but the last left out: two workers'
+lines interleave as they happen to finish, and which runs such a line names, how many it counts
+left and its estimate of the time left depend on timing (the last one, "N finished, 0 running, 0
+left", is kept).
 """
 from __future__ import annotations
 
@@ -51,15 +52,16 @@ SMALL_MODEL = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim",
 # every step logged, so that the study's figures have values
 STUDY = ["study", "run", "gradient-modes", "--seed-list", "0", "--epochs", "1", "--log-gradflow", "1", *DATA, *TINY_CPU]
 TIME_TAGS = ("train/images_per_second", "epoch/seconds")
-# a parallel study's progress line while runs are going: which runs it names and its estimate depend on timing
 SORTED = "sorted"
-RUNNING = re.compile(r"study: \d+ finished, [1-9]\d* running")
+# a parallel study's progress lines but its last: which runs one names, how many it counts left
+# (between one run's end and the next one's start) and its estimate of the time left depend on timing
+RUNNING = re.compile(r"study: \d+ finished, (?!0 running, (\d+ failed, )?0 left\n)")
 
 
 def steps():
     """[(name, argv, how)]: the commands in the order they run; ``how`` is None, SORTED (stdout's lines
-    sorted, without the progress lines written while runs are going), a callable run on the scratch
-    folder before the command, or a tuple of both."""
+    sorted, without the progress lines but the last), a callable run on the scratch folder before
+    the command, or a tuple of both."""
     return [
         ("help", ["--help"], None),
         *[(f"help-{name.replace(' ', '-')}", [*name.split(), "--help"], None)

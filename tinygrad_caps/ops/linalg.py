@@ -11,6 +11,10 @@ from ..tensor import Tensor, as_tensor
 from ._common import Bilinear, operands, sum_to
 from .shape import reshape, swapaxes, transpose
 
+# The matmul precisions set_matmul_precision takes ("highest", "high"): the same tuple as kernels.gemm's,
+# named here so that the layers above the engine read it without reaching past it into the kernels.
+PRECISIONS = gemm.PRECISIONS
+
 
 def set_matmul_precision(precision: str) -> None:
     """How GPU matrix products (``matmul``, ``linear``, convolutions) compute in float32:

@@ -12,12 +12,12 @@ import numpy as np
 import tinygrad_caps as tc
 from tinygrad_caps.data import dataset_spec
 
-from ...analysis.routing_statistics import path_shares
+from ...analysis.figures import fixed_text, layer_values, line_columns, line_value, norm_text, table_columns
 from ...analysis.gradflow import check_mode, gradient_flow_report, mean_of_reports, supported_modes
 from ...analysis.plots import plot_gradflow, pyplot
 from ...capsnet.baseline_cnn import BaselineCNN
 from ...capsnet.config import MODEL_OPTIONS
-from ...capsnet.routing import GRADIENT_MODES
+from ...capsnet.routing import GRADIENT_MODES, unknown_mode_refusal
 from ...errors import UsageError
 from ..training.checkpoints import build_model, checkpoint_dataset_spec, load_checkpoint_model
 from ..training.option_checks import check_out_folder, device_or_usage_error, seed
@@ -34,9 +34,9 @@ def parse_modes(text: str | None, model=None) -> tuple:
     modes = tuple(part.strip() for part in text.split(",") if part.strip())
     if not modes:
         raise UsageError(f"--modes: give one or more of {', '.join(GRADIENT_MODES)}, separated by commas")
-    for mode in modes:
-        if mode not in GRADIENT_MODES:
-            raise UsageError(f"--modes: unknown mode {mode!r}; choose from {', '.join(GRADIENT_MODES)}")
+    unknown = next(filter(None, map(unknown_mode_refusal, modes)), None)
+    if unknown:
+        raise UsageError(f"--modes: {unknown}")
     if len(set(modes)) != len(modes):
         raise UsageError(f"--modes: a mode is repeated in {text!r}")
     for mode in modes if model is not None else ():
@@ -145,26 +145,6 @@ def run(args) -> int:
     return 0
 
 
-def _fixed(value, digits=4) -> str:
-    """A statistic in [-1, 1] with fixed decimals ("-" for None; no "-0.0000" from rounding noise)."""
-    if value is None:
-        return "-"
-    text = f"{value:.{digits}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
-
-
-def _share(value) -> str:
-    """A share in [0, 1]: three decimals, or two significant digits below 0.001 ("-" for None)."""
-    if value is None:
-        return "-"
-    return f"{value:.1e}" if 0 < value < 1e-3 else f"{value:.3f}"
-
-
-def _norm(value) -> str:
-    """A gradient norm in scientific notation ("-" for None)."""
-    return "-" if value is None else f"{value:.3e}"
-
-
 def _d_sources(network: dict) -> str:
     """"; D from activations" (or lengths, or "hidden from ..., DigitCaps from ...") for the network
     line: what its D-scores were taken from; "" where the report does not say."""
@@ -177,12 +157,13 @@ def _d_sources(network: dict) -> str:
 
 
 def format_report(report: dict) -> str:
-    """The report as a table per mode and routing layer, then the parameter gradient norms and cosines."""
+    """The report as a table per mode and routing layer (a column per figure of ``table_columns``;
+    a line per mode for each of ``line_columns``), then the parameter gradient norms and cosines."""
     config = report["config"]
     lines = [f"gradient flow: {config.get('source', 'model')}, {config.get('batches', 1)} batch(es) of "
              f"{config['batch_size']} (means over batches)"]
-    header = (f"  {'r':>2} {'entropy':>8} {'T-score':>10} {'polar.':>7} {'D-score':>10} {'cos':>7} "
-              f"{'|g sum|':>10} {'|g agree|':>10} {'share sum':>9} {'share agr':>9}")
+    columns = table_columns()
+    header = f"  {'r':>2}" + "".join(f" {figure.column.header:>{figure.column.width}}" for figure in columns)
     for mode, result in report["modes"].items():
         eigen = result.get("hessian_top_eigenvalue")
         lines.append(f"mode {mode}: loss {result['loss']:.5f}"
@@ -191,17 +172,19 @@ def format_report(report: dict) -> str:
             source = layer.get("d_score_from")
             lines.append(f" layer {layer['name']}" + (f" (D from {source})" if source else ""))
             lines.append(header)
-            for row, (share_sum, share_agree) in zip(layer["iterations"], path_shares(layer["iterations"])):
-                lines.append(f"  {row['iteration']:>2} {_fixed(row['coupling_entropy']):>8} {_norm(row['t_score']):>10} "
-                             f"{_fixed(row['polarization'], 3):>7} {_norm(row['d_score']):>10} "
-                             f"{_fixed(row['agreement_cosine'], 3):>7} {_norm(row['grad_norm_sum']):>10} "
-                             f"{_norm(row['grad_norm_agreement']):>10} {_share(share_sum):>9} {_share(share_agree):>9}")
+            values = [layer_values(figure, layer["iterations"]) for figure in columns]
+            for r, row in enumerate(layer["iterations"]):
+                lines.append(f"  {row['iteration']:>2}"
+                             + "".join(f" {figure.column.text(column[r])}" for figure, column in zip(columns, values)))
         network = result.get("network")
         if network:
-            hidden = "no hidden layer" if network["d_score"] is None else _norm(network["d_score"])
-            lines.append(f" network: T-score {_norm(network['t_score'])} (mean over routing layers, last iteration), "
-                         f"D-score {hidden} (hidden layers; DigitCaps' own D {_norm(network['digit_d_score'])})"
-                         + _d_sources(network))
+            hidden = "no hidden layer" if network["d_score"] is None else norm_text(network["d_score"])
+            lines.append(f" network: T-score {norm_text(network['t_score'])} (mean over routing layers, last "
+                         f"iteration), D-score {hidden} (hidden layers; DigitCaps' own D "
+                         f"{norm_text(network['digit_d_score'])})" + _d_sources(network))
+        line = dict(result, mode_cosine=report.get("mode_cosine"))
+        for figure in line_columns():
+            lines.append(f" {figure.column.header}: {figure.column.format(line_value(figure, line))}")
     modes = list(report["modes"])
     names = list(report["modes"][modes[0]]["parameter_grad_norms"])
     lines.append("parameter gradient norms" + (" and cosine between modes" if report.get("mode_cosine") else ""))
@@ -209,9 +192,9 @@ def format_report(report: dict) -> str:
     lines.append(f"  {'parameter':<{width}}" + "".join(f"{m:>12}" for m in modes)
                  + (f"{'cosine':>11}" if report.get("mode_cosine") else ""))
     for name in names:
-        row = f"  {name:<{width}}" + "".join(f"{_norm(report['modes'][m]['parameter_grad_norms'][name]):>12}"
+        row = f"  {name:<{width}}" + "".join(f"{norm_text(report['modes'][m]['parameter_grad_norms'][name]):>12}"
                                              for m in modes)
         if report.get("mode_cosine"):
-            row += f"{_fixed(report['mode_cosine'].get(name), 6):>11}"
+            row += f"{fixed_text(report['mode_cosine'].get(name), 6):>11}"
         lines.append(row)
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """The registered studies: each a name, the configurations it compares (the training options each
 sets), the options every one of its runs gets, its default budget and the gradient-flow figures its
-summary reports. ``study list`` prints them, ``study run NAME`` trains them (``study_runner``).
+summary reports. ``study list`` prints them, ``study run NAME`` trains them (``studies.runner``).
 
 A study is declarative: a configuration is a ``config_id`` and a dict of training options (the
 destinations of ``train``'s options, e.g. ``{"routing_iterations": 1, "reconstruction_weight": 0.0}``
@@ -20,6 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tinygrad_caps.kernels.moved import renamed
+
+from ...analysis.figures import study_figure_names
 from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS, CapsNetConfig
 from ...capsnet.routing import routing_recipe
 from ..training.config import STUDY_OPTIONS
@@ -27,7 +30,6 @@ from ..training.config import STUDY_OPTIONS
 # The training options a configuration may set (TrainingConfig's fields marked study), beside the model options.
 TRAINING_OPTIONS = STUDY_OPTIONS
 CONFIG_OPTIONS = TRAINING_OPTIONS + MODEL_OPTIONS + CNN_OPTIONS
-GRADFLOW_FIGURES = ("t_score", "d_score", "digit_d_score", "inner_share", "lowest_grad_norm", "mode_cosine")
 _CONFIG_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -42,7 +44,7 @@ class Study:
     epochs: int = 5
     seeds: int = 3
     options: dict = field(default_factory=dict)   # set in every run (the command line may change them)
-    figures: tuple = ()                  # GRADFLOW_FIGURES its summary reports (its runs log --log-gradflow)
+    figures: tuple = ()                  # study_figure_names() its summary reports (its runs log --log-gradflow)
     parameters: dict = field(default_factory=dict)  # name -> default, e.g. {"max_depth": 3}
     description: str = ""
 
@@ -92,15 +94,16 @@ def register_study(name: str, configs, *, varies: str, epochs: int = 5, seeds: i
     """Register (and return) a study: ``configs`` {config_id: training options} or a function of
     ``parameters`` returning that; ``varies`` one line for ``study list``; ``epochs`` and ``seeds`` its
     default budget; ``options`` set in every run; ``figures`` the gradient-flow figures
-    (``GRADFLOW_FIGURES``) its summary reports, for which its runs log ``--log-gradflow``. A name
-    already registered is refused unless ``replace``."""
+    (``analysis.figures.study_figure_names()``) its summary reports, for which its runs log
+    ``--log-gradflow``. A name already registered is refused unless ``replace``."""
     if not isinstance(name, str) or not _CONFIG_ID.match(name):
         raise ValueError(f"register_study: {name!r} is not a usable study name (letters, digits, '.', '_', '-')")
     if name in STUDIES and not replace:
         raise ValueError(f"register_study: a study named {name} is registered already (replace=True to replace it)")
-    unknown = [f for f in figures if f not in GRADFLOW_FIGURES]
+    known = study_figure_names()
+    unknown = [f for f in figures if f not in known]
     if unknown:
-        raise ValueError(f"register_study: unknown figure {unknown[0]!r}; choose from {', '.join(GRADFLOW_FIGURES)}")
+        raise ValueError(f"register_study: unknown figure {unknown[0]!r}; choose from {', '.join(known)}")
     options = dict(options or {})
     if figures and not options.get("log_gradflow"):
         raise ValueError("register_study: gradient-flow figures need options={'log_gradflow': N}")
@@ -251,3 +254,6 @@ register_study(
     epochs=30,
     description="One configuration, the defaults of train (the paper's model and loss, --augment default: the "
                 "data set's own augmentation, 2-pixel shifts for Fashion-MNIST).")
+
+# the tuple of figure names before the figures had a registry (CHANGELOG.md): it warns, and goes in 0.2
+renamed(__name__, {"GRADFLOW_FIGURES": "tinygrad_caps.models.analysis.figures.study_figure_names()"})

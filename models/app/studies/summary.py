@@ -11,7 +11,9 @@ its last error line}] from RUN/failed.json), "classes": the number of classes of
 num_classes; null where no run has written one or they disagree): summary.png's chance level is 1/classes}.
 
 The gradient-flow figures of a run are the means over the logged steps of its last epoch
-(``gradflow.jsonl``; the last logged step before it where that epoch logged none):
+(``gradflow.jsonl``; the last logged step before it where that epoch logged none) of each line's
+value (``analysis.figures.line_values``); the built-in ones (``study_figure_names()`` adds those
+registered with ``register_figure``):
 
     t_score          the network's T-score: the mean over routing layers of their last iteration's T
     d_score          the D-score of the hidden capsule layers (their mean; Peer et al.'s D-score)
@@ -37,7 +39,7 @@ import math
 from pathlib import Path
 
 from ...analysis.confidence import mean_and_spread, paired_difference, welch_difference
-from ...analysis.routing_statistics import inner_share, network_scores, path_norms
+from ...analysis.figures import line_values
 from ...analysis.study_figures import plot_study_summary
 from ...errors import UsageError
 from ..training.reporting import plural
@@ -62,17 +64,6 @@ def _last_epoch_lines(gradflow: list, epoch: int) -> list:
     return earlier[-1:]
 
 
-def line_figures(line: dict) -> dict:
-    """The gradient-flow figures of one ``gradflow.jsonl`` line (see the module docstring)."""
-    network = line.get("network") or network_scores(line["layers"])
-    lowest = path_norms(line["layers"][0]["iterations"])
-    cosine = line.get("mode_cosine") or {}
-    return {"t_score": network["t_score"], "d_score": network["d_score"], "digit_d_score": network["digit_d_score"],
-            "inner_share": inner_share(line["layers"][-1]["iterations"]),
-            "lowest_grad_norm": None if lowest is None else sum(lowest),
-            "mode_cosine": cosine.get("all")}
-
-
 def _mean(values):
     kept = [v for v in values if v is not None]
     return math.fsum(kept) / len(kept) if kept else None
@@ -84,7 +75,7 @@ def run_figures(run_dir: Path, epoch: int, names) -> dict:
     if not names or not path.exists():
         return {}
     lines = _last_epoch_lines([line for _, line in read_json_lines(path)], epoch)
-    figures = [line_figures(line) for line in lines]
+    figures = [line_values(line, names) for line in lines]
     return {name: _mean([f[name] for f in figures]) for name in names}
 
 
@@ -94,7 +85,7 @@ def gradflow_curve(run_dir: Path, names, epochs: int) -> dict:
     if not names or not path.exists():
         return {}
     lines = [line for _, line in read_json_lines(path) if line.get("epoch", 0) <= epochs]
-    figures = [line_figures(line) for line in lines]
+    figures = [line_values(line, names) for line in lines]
     return {"step": [line["step"] for line in lines], **{name: [f[name] for f in figures] for name in names}}
 
 

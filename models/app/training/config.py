@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinygrad_caps.cuda_graphs import MODES as CUDA_GRAPH_MODES
-from tinygrad_caps.kernels.gemm import PRECISIONS
+from tinygrad_caps.ops.linalg import PRECISIONS
 
 from ...capsnet.config import MODEL_CONFIGS, MappingView, OptionError, UnknownOptionError
 from ...capsnet.losses import DEFAULT_RECONSTRUCTION_WEIGHT

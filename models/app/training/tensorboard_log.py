@@ -15,6 +15,9 @@ it, training says so in one line and writes its JSON-lines logs as always. Tags:
     network/<layer>/t_score, network/<layer>/d_score                 each gradflow.jsonl line
     mode_cosine/all, mode_cosine/<parameter>                         cos(full, detach) of the step's
                                                                      gradients (--log-mode-cosine)
+    figure/<name>                                                    each line's value of a figure
+                                                                     registered with a tag of its own
+                                                                     (analysis.figures; none built in)
     gradflow/<key>                                                   any other number of the line
                                                                      (its epoch and batch)
     coupling/<layer>/iteration_<r>                                   histograms of the couplings
@@ -40,6 +43,7 @@ from pathlib import Path
 import numpy as np
 from tinygrad_caps.backend import to_numpy
 
+from ...analysis.figures import numbers, tensorboard_scalars
 from ...errors import UsageError
 from .run_logs import read_gradflow, read_metrics
 from .run_folder import RunFolder
@@ -117,40 +121,11 @@ class TensorBoardLog:
         self.writer.close()
 
 
-def _is_number(value) -> bool:
-    """A finite int or float (not a bool, not None)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def numbers(record: dict, prefix: str, skip=()):
-    """(tag, value) for every finite number in ``record``, nested dicts included: ``prefix/key`` and
-    ``prefix/key/inner``; the top-level keys in ``skip`` are left out."""
-    for key, value in record.items():
-        if key in skip:
-            continue
-        if isinstance(value, dict):
-            yield from numbers(value, f"{prefix}/{key}")
-        elif _is_number(value):
-            yield f"{prefix}/{key}", value
-
-
 def gradflow_scalars(record: dict) -> list:
-    """(tag, value) for every number of one gradflow.jsonl line: ``gradflow/<layer>/iteration_<r>/
-    <statistic>`` per routing layer and iteration, ``network/...`` for the network's T and D scores
-    (``network/<layer>/...`` per layer), ``mode_cosine/<parameter>`` and ``mode_cosine/all``, and
-    ``gradflow/<key>`` for the line's other numbers (epoch, batch); its step is the events' step."""
-    scalars = []
-    for layer in record["layers"]:
-        for stats in layer["iterations"]:
-            scalars += numbers(stats, f"gradflow/{layer['name']}/iteration_{stats['iteration']}", skip=("iteration",))
-    network = dict(record.get("network") or {})
-    per_layer = network.pop("layers", None) or {}
-    scalars += numbers(network, "network")
-    for name, scores in per_layer.items():
-        scalars += numbers(scores, f"network/{name}")
-    scalars += numbers(record.get("mode_cosine") or {}, "mode_cosine")
-    scalars += numbers(record, "gradflow", skip=("step", "layers", "network", "mode_cosine"))
-    return scalars
+    """(tag, value) for every number of one gradflow.jsonl line (``analysis.figures.tensorboard_scalars``:
+    per-iteration statistics, figures with a tag of their own, the network's scores, the mode cosines,
+    the line's epoch and batch); its step is the events' step."""
+    return tensorboard_scalars(record)
 
 
 def export_run(metrics: list, gradflow: list, folder) -> int:

@@ -44,13 +44,60 @@ def _parameter(shape, dtype):
     return nn.Parameter(np.zeros(shape, dtype=dtype), device="cpu")
 
 
+# The gradient-mode checks: every layer, the registry, the gradient-flow report, the gradflow command
+# and a training run ask these, so each refusal has one text.
+
+def unknown_mode_refusal(mode: str, argument: str | None = None):
+    """Why ``mode`` is no routing-gradient mode at all (one line), or None for "full" and "detach":
+    as a command-line value is refused ("unknown mode 'x'; choose from full, detach"), or, given the
+    name of the Python ``argument`` that holds it, as an argument is ("gradient must be one of
+    ('full', 'detach'), got 'x'")."""
+    if mode in GRADIENT_MODES:
+        return None
+    if argument is not None:
+        return f"{argument} must be one of {GRADIENT_MODES}, got {mode!r}"
+    return f"unknown mode {mode!r}; choose from {', '.join(GRADIENT_MODES)}"
+
+
 def gradient_mode_refusal(name: str, gradient: str, modes: tuple):
     """Why routing ``name``, which takes the gradient ``modes``, refuses ``gradient`` (one line), or None."""
     if gradient in modes:
         return None
     if gradient in GRADIENT_MODES:
         return f"routing {name!r} is not iterative: it has no {gradient!r} gradient mode (only {', '.join(modes)})"
-    return f"gradient must be one of {GRADIENT_MODES}, got {gradient!r}"
+    return unknown_mode_refusal(gradient, "gradient")
+
+
+def layer_modes(layer) -> tuple:
+    """The gradient modes ``layer`` takes: its ``gradient_modes`` (both modes where it has none)."""
+    return getattr(layer, "gradient_modes", GRADIENT_MODES)
+
+
+def supported_modes(layers) -> tuple:
+    """The gradient modes (in ``GRADIENT_MODES``' order) that every one of the routing ``layers``
+    takes: ("full",) as soon as one of them is not iterative."""
+    layers = list(layers)
+    return tuple(mode for mode in GRADIENT_MODES if all(mode in layer_modes(layer) for layer in layers))
+
+
+def check_gradient_mode(layers, mode: str, who: str) -> None:
+    """ValueError "``who``: <refusal>" in one line unless ``mode`` is a gradient mode that every one
+    of the routing ``layers`` takes (``unknown_mode_refusal`` of the argument ``mode``, else
+    ``gradient_mode_refusal`` of the first layer that refuses it)."""
+    refusal = unknown_mode_refusal(mode, "mode")
+    for layer in layers:
+        refusal = refusal or gradient_mode_refusal(getattr(layer, "routing", "?"), mode, layer_modes(layer))
+    if refusal:
+        raise ValueError(f"{who}: {refusal}")
+
+
+def other_mode_refusal(name: str, modes: tuple, who: str = "--log-mode-cosine"):
+    """Why routing ``name``, whose layers take the gradient ``modes`` together, has no other mode to
+    compare its own with (one line, starting with ``who``), or None where it has two."""
+    if len(modes) >= 2:
+        return None
+    return (f"{who}: routing {name!r} is not iterative; it has one gradient mode, so there is no other mode to "
+            "compare with")
 
 
 class RoutingLayer(nn.Module):
