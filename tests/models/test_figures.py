@@ -108,7 +108,11 @@ def test_each_iteration_entry_gives_the_value_of_its_statistic(trace):
     measured, expected = routing_statistics(trace), expected_statistics(trace)
     assert list(measured) == list(ITERATION_KEYS)
     for name in ITERATION_KEYS:
-        assert measured[name] == pytest.approx(expected[name], rel=1e-12, abs=1e-15), name
+        # pytest.approx of a None (an iteration without the statistic) is a TypeError on some pytest versions
+        got, want = measured[name], expected[name]
+        assert [v is None for v in got] == [v is None for v in want], name
+        assert [v for v in got if v is not None] == pytest.approx([v for v in want if v is not None],
+                                                                  rel=1e-12, abs=1e-15), name
     assert measured["t_score"] == [t_score(c) for c in trace.coupling]  # the same float, not a close one
 
 
