@@ -1,13 +1,15 @@
 """The training options on the command line, derived from ``TrainingConfig`` by the one option
 facility (``tinygrad_caps.models.options``): one option per field (``--epochs``, ``--lr``, ...,
 ``--tensorboard``), typed, bounded and explained by the field's declaration, beside the model's
-options (derived from ``CapsNetConfig`` and ``BaselineCNNConfig``), and docs/training.md's table."""
+options (derived from ``CapsNetConfig`` and ``BaselineCNNConfig``); docs/training.md's table; and
+the one ``TrainingConfig`` of a parsed ``train`` command line (``training_config_from_args``)."""
 from __future__ import annotations
 
 from tinygrad_caps.data import DATASETS
 
 from ...options import add_options, options_table
 from ..training.config import MAY_CHANGE, RESTORED, TrainingConfig
+from ..training.run_options import CommandLineOptions
 from .model_options import add_cnn_options, add_model_options
 
 # Options whose help names what is known only at run time (the registered datasets).
@@ -41,6 +43,17 @@ def add_training_options(parser, names=None) -> None:
         add_model_options(parser, defaults=True)
         add_cnn_options(parser)
     add_options(parser, TrainingConfig, names=names[split:], help_now=HELP_NOW)
+
+
+def training_config_from_args(args, saved=None, *, may_change=None, log=print) -> tuple:
+    """(the run's one TrainingConfig, the destinations the command line set) of a parsed ``train``
+    command line: its values (the preset's where it gave none), with ``saved`` (the run's config.json
+    on ``--resume``) merged by the resume rules, and only the chosen model's options (UsageError for
+    the other model's, given explicitly)."""
+    given = CommandLineOptions.of(args)
+    if saved is not None:
+        given = given.resumed(saved, may_change=may_change, log=log)
+    return given.training_config(), given.explicit
 
 
 def options_table_markdown() -> str:
