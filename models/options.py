@@ -412,7 +412,7 @@ def options_table(config_class, columns=(), describe=None) -> str:
         flag_text = "(the dataset)" if declared.tags.get("geometry") else ", ".join(f"`{flag}`" for flag in flags)
         default = "unset" if field.default is None else (
             f'`"{field.default}"`' if isinstance(field.default, str) else f"`{field.default!r}`")
-        cells = [flag_text, f"`{field.name}`", default, declared.values_text(), *(text(declared) for _, text in columns),
-                 describe(declared) if describe else declared.help_text()]
+        cells = [flag_text, f"`{field.name}`", default, declared.values_text(),
+                 *(text(declared) for _, text in columns), describe(declared) if describe else declared.help_text()]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -129,7 +129,8 @@ class CapsNetConfig(ModelConfig):
     routing_iterations: int = option(3, INT, "routing iterations of every routing layer",
                                      range=Range(1, MAX_ROUTING_ITERATIONS))
     routing_gradient: str = option("full", CHOICE,
-                                   "gradient through every routing iteration, or through the last one only", choices=GRADIENT_MODES)
+                                   "gradient through every routing iteration, or through the last one only",
+                                   choices=GRADIENT_MODES)
     decoder: str = option("fc", CHOICE, "the paper's fully connected decoder or the transposed-conv one",
                           choices=DECODERS)
     conv1_channels: int = option(256, INT, "channels of the first convolution", range=POSITIVE)
@@ -137,7 +138,8 @@ class CapsNetConfig(ModelConfig):
     primary_dim: int = option(8, INT, "values per primary capsule", range=POSITIVE)
     digit_dim: int = option(16, INT, "values per digit (class) capsule", range=POSITIVE)
     kernel_size: int = option(9, INT, "side of both convolutions' kernels", range=POSITIVE)
-    hidden_capsules: tuple = option((), CAPSULE_LAYERS, "fully connected capsule layers between PrimaryCaps and DigitCaps")
+    hidden_capsules: tuple = option((), CAPSULE_LAYERS,
+                                    "fully connected capsule layers between PrimaryCaps and DigitCaps")
     capsule_bias: bool = option(False, BOOL, "a learned bias per output capsule of every routing layer, added before "
                                      "the squash")
     routing: str = option("dynamic", CHOICE,
@@ -157,28 +159,33 @@ class CapsNetConfig(ModelConfig):
                                                         "1e-8, gamma-capsule-network 1e-12)",
                                 range=Range(1e-30, 1.0, high_open=True))
     em_inverse_temperature: object = option(
-        FROM_RECIPE, SCHEDULE, "EM routing's inverse temperature lambda (--routing em; other routings take one number and "
-                     "ignore it): paper is Hinton et al.'s 0.01 (1 - 0.95^(r+1)) at iteration r, recipe the "
-                     "recipe's (1e-3 under common, paper under authors); the cost sums over the input capsules and "
-                     "pose values, so lambda = 1 saturates the activations (a = 1, no gradient) at the start",
+        FROM_RECIPE, SCHEDULE,
+        "EM routing's inverse temperature lambda (--routing em; other routings take one number and ignore it): paper "
+        "is Hinton et al.'s 0.01 (1 - 0.95^(r+1)) at iteration r, recipe the recipe's (1e-3 under common, paper under "
+        "authors); the cost sums over the input capsules and pose values, so lambda = 1 saturates the activations "
+        "(a = 1, no gradient) at the start",
         range=Range(*INVERSE_TEMPERATURE_RANGE, high_open=True))
     capsule_init: str = option(FROM_RECIPE, CHOICE,
                                "the routing layers' initial weights and biases: the model's own (default), Peer et "
                                "al.'s code's (weights N(0, 0.2), biases 0.1), Efficient-CapsNet's (he-normal) or "
-                               "SR-CapsNet's (kaiming-uniform); recipe: the recipe's (default under common)", choices=(FROM_RECIPE, *CAPSULE_INITS))
+                               "SR-CapsNet's (kaiming-uniform); recipe: the recipe's (default under common)",
+                               choices=(FROM_RECIPE, *CAPSULE_INITS))
     recipe: str = option("common", CHOICE,
                          "the parts around the routing: common (the same for every routing: lengths as input "
                          "activations, margin loss, default init, Sabour's squash, lambda 1e-3) or authors (the "
                          "routing's authors' own, docs/routing.md); --input-activations, --class-loss, "
-                         "--capsule-init, --squash and --em-inverse-temperature set one part each and win", choices=RECIPES)
+                         "--capsule-init, --squash and --em-inverse-temperature set one part each and win",
+                         choices=RECIPES)
     input_activations: str = option(FROM_RECIPE, CHOICE,
                                     "the input activations of the first routing layer where its routing reads them "
                                     "(em, self-routing): the primary capsules' lengths, or learned (a sigmoid of a "
-                                    "batch-normed convolution beside PrimaryCaps); recipe: the recipe's", choices=(FROM_RECIPE, *INPUT_ACTIVATIONS))
+                                    "batch-normed convolution beside PrimaryCaps); recipe: the recipe's",
+                                    choices=(FROM_RECIPE, *INPUT_ACTIVATIONS))
     class_loss: str = option(FROM_RECIPE, CHOICE,
                              "the loss on the class scores: margin (Sabour et al.), spread (Hinton et al. 2018, its "
                              "margin by --spread-margin-schedule) or nll (-log of the target's score, for "
-                             "self-routing's scores, which sum to 1); recipe: the recipe's (margin under common)", choices=(FROM_RECIPE, *CLASS_LOSSES))
+                             "self-routing's scores, which sum to 1); recipe: the recipe's (margin under common)",
+                             choices=(FROM_RECIPE, *CLASS_LOSSES))
     spread_margin_schedule: str = option(
         FROM_RECIPE, CHOICE,
         "the spread loss's margin over the run: paper (0.2 to 0.9, linear in the steps done), ibm (the authors' "

@@ -215,7 +215,8 @@ def test_the_gradflow_sink_cuts_the_log_back_to_the_checkpoint_on_resume(tmp_pat
     run.folder.gradflow.write_text("\n".join(lines) + "\n")
     GradflowSink(run.folder.gradflow, every=1, fresh=False).on_folder_ready(run)
     assert run.folder.gradflow.read_text().splitlines() == lines[:2]
-    assert run.said == [f"dropped 2 lines of {tmp_path / 'gradflow.jsonl'} beyond the checkpoint's step 2 (or cut short)"]
+    assert run.said == [f"dropped 2 lines of {tmp_path / 'gradflow.jsonl'} beyond the checkpoint's step 2 "
+                        "(or cut short)"]
 
 
 def test_the_metrics_file_is_emptied_or_cut_and_gets_one_line_per_epoch(tmp_path):

@@ -80,11 +80,13 @@ def test_the_option_facility_is_below_every_config_and_the_trainers_parts_below_
     options = imported_modules(MODELS / "options.py", PACKAGE)
     assert not {m for m in options if m.startswith(PACKAGE + ".")}, sorted(options)
     for config in ("capsnet/config.py", "app/training/config.py"):
-        assert f"{PACKAGE}.options" in imported_modules(MODELS / config, module_name(MODELS / config).rpartition(".")[0])
+        package = module_name(MODELS / config).rpartition(".")[0]
+        assert f"{PACKAGE}.options" in imported_modules(MODELS / config, package), config
     training = f"{PACKAGE}.app.training"
     for part in TRAINER_PARTS:
         path = MODELS / "app" / "training" / f"{part}.py"
-        above = {m for m in imported_modules(path, training) if m.startswith((f"{training}.trainer", f"{training}.distributed"))}
+        loop = (f"{training}.trainer", f"{training}.distributed")
+        above = {m for m in imported_modules(path, training) if m.startswith(loop)}
         assert not above, f"app/training/{part}.py imports {sorted(above)}"
 
 

@@ -11,9 +11,9 @@ from hypothesis import given, strategies as st
 
 from tinygrad_caps.models import BaselineCNNConfig, CapsNetConfig, TrainingConfig
 from tinygrad_caps.models.cli import make_parser
-from tinygrad_caps.models.options import (BOOL, CHOICE, INT, POSITIVE, REAL, TEXT, Option, OptionError, OptionsConfig, Range,
-                                          UnknownOptionError, add_options, argument_type, declaration, option,
-                                          options_table)
+from tinygrad_caps.models.options import (BOOL, CHOICE, INT, POSITIVE, REAL, TEXT, Option, OptionError,
+                                          OptionsConfig, Range, UnknownOptionError, add_options, argument_type,
+                                          declaration, option, options_table)
 
 CONFIGS = (CapsNetConfig, BaselineCNNConfig, TrainingConfig)
 # a range written out in a help text (the declaration's "{range}" says it instead)
@@ -37,7 +37,8 @@ class Toy(OptionsConfig):
 @pytest.mark.parametrize("bounds, text", [
     (Range(0, 1), "in [0, 1]"), (Range(0, 1, low_open=True), "in (0, 1]"), (Range(0, 1, high_open=True), "in [0, 1)"),
     (Range(0, 1, True, True), "in (0, 1)"), (Range(1), ">= 1"), (Range(0, low_open=True), "> 0"),
-    (Range(high=5), "<= 5"), (Range(high=5, high_open=True), "< 5"), (Range(1e-30, 1.0, high_open=True), "in [1e-30, 1)"),
+    (Range(high=5), "<= 5"), (Range(high=5, high_open=True), "< 5"),
+    (Range(1e-30, 1.0, high_open=True), "in [1e-30, 1)"),
     (Range(0, 2 ** 63 - 1, high_text="2**63 - 1"), "in [0, 2**63 - 1]")])
 def test_a_range_says_its_ends(bounds, text):
     assert bounds.text() == text
@@ -147,4 +148,5 @@ def test_every_help_range_and_table_value_comes_from_the_declaration():
                 if "{range}" in declared.help:
                     assert declared.range.text() in helps[key]
     assert ranged >= 15
-    assert helps["lr"] == "Adam's learning rate, in (0, 1]" and helps["lr_decay"].startswith("ExponentialLR gamma in (0, 1]")
+    assert helps["lr"] == "Adam's learning rate, in (0, 1]"
+    assert helps["lr_decay"].startswith("ExponentialLR gamma in (0, 1]")

@@ -59,6 +59,10 @@ def training_config_from_args(args, saved=None, *, may_change=None, log=print) -
 def options_table_markdown() -> str:
     """docs/training.md's table of the training options: option, TrainingConfig field, default,
     values, what ``--resume`` does with another value, and what it does."""
-    return options_table(TrainingConfig, columns=[("on `--resume`", lambda option: RESUME_TEXTS[option.tags["resume"]])],
-                         describe=lambda option: option.help_text() + (" (CapsNet only)" if option.tags["capsnet_only"]
-                                                                       else ""))
+    def resume(option) -> str:
+        return RESUME_TEXTS[option.tags["resume"]]
+
+    def described(option) -> str:
+        return option.help_text() + (" (CapsNet only)" if option.tags["capsnet_only"] else "")
+
+    return options_table(TrainingConfig, columns=[("on `--resume`", resume)], describe=described)

@@ -73,7 +73,8 @@ class TrainingConfig(OptionsConfig):
     lr: float = option(1e-3, REAL, "Adam's learning rate, {range}", range=Range(0, 1, low_open=True))
     lr_decay: float = option(0.9, REAL, "ExponentialLR gamma {range}, applied after each epoch",
                              range=Range(0, 1, low_open=True))
-    reconstruction_weight: float = option(DEFAULT_RECONSTRUCTION_WEIGHT, REAL, "the reconstruction term's weight in the loss",
+    reconstruction_weight: float = option(DEFAULT_RECONSTRUCTION_WEIGHT, REAL,
+                                          "the reconstruction term's weight in the loss",
                                           range=Range(0, MAX_LOSS_WEIGHT), capsnet_only=True)
     augment: str = option("default", CHOICE, "default: the dataset's (shift for MNIST-like data and image "
                                                "folders; none for smallnorb and cifar10, whose random crops are "

@@ -51,9 +51,10 @@ class StopConditions:
         return None if position == self._start else self.deadline
 
     @staticmethod
-    def check_deadline(deadline) -> None:
-        """TimeLimitReached once ``deadline`` (a time.monotonic() value, or None) has passed."""
-        if deadline is not None and time.monotonic() >= deadline:
+    def check_deadline(deadline, clock=time.monotonic) -> None:
+        """TimeLimitReached once ``deadline`` (a ``clock()`` value, or None) has passed; the clock is
+        read only where there is a deadline."""
+        if deadline is not None and clock() >= deadline:
             raise TimeLimitReached()
 
     def resume_command(self, run) -> str:

@@ -141,7 +141,7 @@ class Trainer:
     def check_stop(self) -> None:
         """At a batch boundary: Interrupted (``_check_signals``), or TimeLimitReached past the deadline."""
         self._check_signals(self.stopping)
-        self.stopping.check_deadline(self.deadline)
+        self.stopping.check_deadline(self.deadline, time.monotonic)  # (the loop's clock, which a test may stand in for)
 
     def train_epoch(self, stop=None):
         """Train on the rest of the current epoch's batches, adding to the running sums."""
