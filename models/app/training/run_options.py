@@ -4,16 +4,12 @@ into the run's one TrainingConfig), and how ``train --resume`` combines them wit
 ``--resume --out DIR`` continues the run as it was configured: every option the command line does
 not give is taken from the run's ``config.json`` (the options it was started with), so
 ``--resume --out DIR`` alone is enough. An option given again with the run's value is fine; one
-given with another value is refused in one line naming it and both values, except the options in
-``MAY_CHANGE_ON_RESUME``, which change where and how long the run goes on, not what it computes:
-``--epochs`` (extend or shorten the run), ``--device``, ``--data-dir`` (the same data, elsewhere),
-``--log-gradflow``, ``--log-mode-cosine``, ``--tensorboard`` and ``--cuda-graph`` (a captured step
-computes exactly what the eager one does).
-Their new values are written to ``config.json``, and the change is printed. ``--threads``
-(``RESTORED_ON_RESUME``) is the run's own unless given again; another value is taken, and the
-Trainer warns that the results then differ in their last bits. Each option's rule is its field's
-``resume`` in ``TrainingConfig``.
-``--distributed`` and ``--sync-batchnorm`` describe the launch and are taken from the command line.
+given with another value follows its field's ``resume`` tag in ``TrainingConfig``: "may change"
+(``MAY_CHANGE_ON_RESUME``: where and how long the run goes on, not what it computes) is taken and
+printed, "restored" (``RESTORED_ON_RESUME``: ``--threads``) is taken and the Trainer warns that the
+results then differ in their last bits, "launch" (``LAUNCH_OPTIONS``: ``--distributed``,
+``--sync-batchnorm``) is always the command line's, and "fixed" is refused in one line naming it
+and both values. The new values are written to ``config.json``.
 
 Options that only a CapsNet has are refused with ``--model cnn`` (``capsule_only_options``), and
 the CNN's own options with a CapsNet (``model_options``).
