@@ -68,11 +68,19 @@ def build_model(config):
 
 
 def check_model_options(config) -> None:
-    """Raise UsageError where the model options of a run's ``config`` (a TrainingConfig) do not go
-    together (a routing that takes no capsule bias or has no detach mode), as ``build_model`` would,
-    but before the dataset gives the geometry: the model options alone are checked, on the default
-    geometry where it has none yet."""
-    _check_routing(config.model_config)
+    """Raise UsageError where the model options of a run's ``config`` (a TrainingConfig, or its dict
+    form) do not go together (a routing that takes no capsule bias or has no detach mode), as
+    ``build_model`` would, but before the dataset gives the geometry: the model options alone are
+    checked, on the default geometry where it has none yet."""
+    if not isinstance(config, dict):
+        _check_routing(config.model_config)
+        return
+    kind = config.get("model") or "capsnet"
+    if kind not in MODEL_CONFIGS:
+        return  # (model_config names it, where the model is built)
+    defaults = MODEL_CONFIGS[kind]().to_dict()
+    given = {k: v for k, v in config.items() if v is not None}  # (an unset --image-size is no geometry)
+    _check_routing(model_config({**{k: defaults[k] for k in GEOMETRY_KEYS}, **given}))
 
 
 def _check_routing(settings) -> None:
