@@ -116,16 +116,17 @@ def test_console_script_reports_errors_without_a_traceback(tmp_path):
 
 
 def test_training_augments_training_batches_only(data_dir, tmp_path, monkeypatch):
-    from tinygrad_caps.models.app.training import trainer as training
+    from tinygrad_caps.models.app.training import evaluation, run_data
 
     made = []
 
-    class Recording(training.BatchIterator):
+    class Recording(run_data.BatchIterator):
         def __init__(self, images, labels, batch_size, **kwargs):
             made.append((len(images), kwargs.get("augment")))
             super().__init__(images, labels, batch_size, **kwargs)
 
-    monkeypatch.setattr(training, "BatchIterator", Recording)
+    monkeypatch.setattr(run_data, "BatchIterator", Recording)  # the training batches
+    monkeypatch.setattr(evaluation, "BatchIterator", Recording)  # the test pass's
     assert train(data_dir, tmp_path / "run", "--epochs", "1", "--augment", "shift+flip") == 0
     assert (40, "shift+flip") in made and (16, None) in made
     assert all(augment is None for n, augment in made if n == 16)

@@ -8,7 +8,7 @@ import pytest
 
 import tinygrad_caps as tc
 from tinygrad_caps.models import cli
-from tinygrad_caps.models.app.training import progress, trainer as training
+from tinygrad_caps.models.app.training import evaluation, progress
 
 from cli_helpers import TINY, one_line_error, train
 from helpers import metrics_without_times as metrics
@@ -28,7 +28,7 @@ def test_resume_of_a_folder_without_a_run_is_refused_and_creates_nothing(data_di
 def interrupt_in_test_pass(monkeypatch, n):
     """SIGINT to this process at the ``n``-th test batch (evaluation batches run with train=False)."""
     calls = {"n": 0}
-    losses = training.batch_losses
+    losses = evaluation.batch_losses
 
     def interrupting(model, x, y, weight, train, traces=None):
         if not train:
@@ -37,7 +37,7 @@ def interrupt_in_test_pass(monkeypatch, n):
                 os.kill(os.getpid(), signal.SIGINT)
         return losses(model, x, y, weight, train, traces)
 
-    monkeypatch.setattr(training, "batch_losses", interrupting)
+    monkeypatch.setattr(evaluation, "batch_losses", interrupting)
     return calls
 
 

@@ -14,7 +14,7 @@ import pytest
 import tinygrad_caps as tc
 from tinygrad_caps.data import IDXError, read_idx, write_idx
 from tinygrad_caps.models import cli
-from tinygrad_caps.models.app.training import trainer as training
+from tinygrad_caps.models.app.training import preflight, trainer as training
 from tinygrad_caps.models.errors import UsageError
 
 from cli_helpers import TINY_CPU, train_argv
@@ -92,7 +92,7 @@ def test_a_ctrl_c_during_start_up_exits_130_quietly(data_dir, tmp_path, capsys, 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "dataset_spec", interrupted)
+    monkeypatch.setattr(preflight, "dataset_spec", interrupted)
     assert cli.main(train_args(data_dir, tmp_path / "run")) == 130
     assert capsys.readouterr().err == "" and not (tmp_path / "run").exists()
 

@@ -69,6 +69,27 @@ def test_a_layer_imports_no_layer_above_it(layer, forbidden):
     assert not {m: t for m, t in wrong.items() if t}
 
 
+# the parts of a training run: each imports neither the loop nor a part called after it
+TRAINER_PARTS = ("callbacks", "evaluation", "stopping", "run_data", "step_runner", "preflight", "checkpointing",
+                 "metrics_file", "progress", "tensorboard_sink", "gradflow_log")
+
+
+def test_the_option_facility_is_below_every_config_and_the_trainers_parts_below_the_loop():
+    """models/options.py imports no module of the models (every config builds on it); CapsNetConfig's
+    and TrainingConfig's modules declare their fields with it; no part of a run imports the Trainer."""
+    options = imported_modules(MODELS / "options.py", PACKAGE)
+    assert not {m for m in options if m.startswith(PACKAGE + ".")}, sorted(options)
+    for config in ("capsnet/config.py", "app/training/config.py"):
+        package = module_name(MODELS / config).rpartition(".")[0]
+        assert f"{PACKAGE}.options" in imported_modules(MODELS / config, package), config
+    training = f"{PACKAGE}.app.training"
+    for part in TRAINER_PARTS:
+        path = MODELS / "app" / "training" / f"{part}.py"
+        loop = (f"{training}.trainer", f"{training}.distributed")
+        above = {m for m in imported_modules(path, training) if m.startswith(loop)}
+        assert not above, f"app/training/{part}.py imports {sorted(above)}"
+
+
 def test_the_engine_imports_no_models():
     for path in sorted((ROOT / "tinygrad_caps").rglob("*.py")):
         package = ".".join(("tinygrad_caps", *path.relative_to(ROOT / "tinygrad_caps").with_suffix("").parts))

@@ -15,15 +15,40 @@ import tinygrad_caps as tc
 from ..training.option_checks import use_command_device
 from ..training.presets import preset_options
 from ..training.reporting import report
-from ..training.run_options import explicit_options
 from ..training.run_state import Interrupted
 
 # the commands, in the order `tinygrad-caps --help` lists them; each is the module of that name here
 COMMANDS = ("train", "study", "evaluate", "visualize", "gradflow", "graph", "plot")
 
 
+EXPLICIT = "explicit"  # the parsed namespace's set of the destinations the command line gave
+RECORDED_ACTIONS = (None, "store", "store_const", "store_true", "store_false", "append", "append_const", "count",
+                    "extend")
+
+
+def recording(action_class):
+    """``action_class`` that also adds its destination to the namespace's ``explicit`` set when the
+    command line gives its option (an abbreviation, ``--opt=value`` and a subcommand's option too)."""
+
+    class Recorded(action_class):
+        def __call__(self, parser, namespace, values, option_string=None):
+            super().__call__(parser, namespace, values, option_string)
+            if getattr(namespace, EXPLICIT, None) is None:
+                setattr(namespace, EXPLICIT, set())
+            getattr(namespace, EXPLICIT).add(self.dest)
+
+    Recorded.__name__ = Recorded.__qualname__ = f"Recorded{action_class.__name__}"
+    return Recorded
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (exit status 2), like every other user error."""
+    """An ArgumentParser whose errors are one line on stderr (exit status 2), like every other user
+    error, and whose parsed namespace says which options the command line gave (``explicit``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in RECORDED_ACTIONS:
+            self.register("action", name, recording(self._registry_get("action", name)))
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -93,13 +118,15 @@ def add_shared_options(command) -> None:
 
 
 def parse_with_preset(parser, argv):
-    """Parse ``argv``; with ``train --preset NAME`` the preset's options become the defaults, so
-    options given on the command line still win."""
+    """Parse ``argv`` once; ``args.explicit`` is the set of the destinations it gave. With ``train
+    --preset NAME`` the preset's options take the place of the defaults, so options given on the
+    command line still win."""
     args = parser.parse_args(argv)
+    args.explicit = set(getattr(args, EXPLICIT, None) or ())
     if getattr(args, "preset", None):
-        train_parser = next(a for a in parser._subparsers._group_actions if a.dest == "command").choices["train"]
-        train_parser.set_defaults(**preset_options(args.preset, args.dataset))
-        args = parser.parse_args(argv)
+        for name, value in preset_options(args.preset, args.dataset).items():
+            if name not in args.explicit:
+                setattr(args, name, value)
     return args
 
 
@@ -124,7 +151,6 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_with_preset(make_parser(), argv)
     if args.command in ("train", "study"):
-        args.explicit = explicit_options(make_parser(), argv)
         args.command_line = argv
     tc.tune_allocator()  # process-wide malloc tuning for large temporaries (TINYGRAD_CAPS_MALLOC_TUNING=0: off)
     try:

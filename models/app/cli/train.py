@@ -1,6 +1,6 @@
-"""``tinygrad-caps train``: the run's config from the command line (with ``--resume``, the run's own
-options; ``--preset``'s as defaults), checked, then trained on one process, under mpirun, or
-profiled (``--profile``)."""
+"""``tinygrad-caps train``: the run's one TrainingConfig from the command line (with ``--resume``, the
+run's own options; ``--preset``'s as defaults), checked, then trained on one process, under mpirun,
+or profiled (``--profile``)."""
 from __future__ import annotations
 
 import datetime
@@ -12,9 +12,9 @@ from ...errors import UsageError
 from ..training.option_checks import check_out_folder
 from ..training.progress import bars_wanted
 from ..training.run_folder import RunFolder
-from ..training.run_options import NOT_RUN_OPTIONS, model_options, resumed_options, saved_run_options
+from ..training.run_options import saved_run_options
 from .model_options import positive_int
-from .training_options import add_training_options, may_change_on_resume
+from .training_options import add_training_options, may_change_on_resume, training_config_from_args
 
 HELP = "train a CapsNet or the paper's baseline CNN (--model cnn)"
 
@@ -35,34 +35,27 @@ def add_arguments(parser) -> None:
 
 
 def run(args):
-    """``train``: build the run's config from ``args`` and train; returns the exit status."""
-    config = {k: v for k, v in vars(args).items() if k not in NOT_RUN_OPTIONS}
-    if config["augment"] == "none":
-        config["augment"] = None
-    explicit = getattr(args, "explicit", set())
+    """``train``: build the run's one TrainingConfig from ``args`` and train; returns the exit status."""
     resume = args.resume or args.resume_or_start
     if resume and not args.out:
         raise UsageError(f"{'--resume' if args.resume else '--resume-or-start'} needs --out, the run folder to "
                          "continue")
     out = Path(args.out) if args.out else Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    if resume and not args.profile:
-        saved = saved_run_options(out)
-        if saved is None and args.resume:
+    saved = saved_run_options(out) if resume and not args.profile else None
+    if resume and not args.profile and saved is None:
+        if args.resume:
             raise UsageError(no_run_to_resume(out))
-        if saved is None:  # --resume-or-start where no run is: start one
-            resume = False
-        else:
-            first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
-            config = resumed_options(config, explicit, saved, log=None if first_rank else lambda text: None,
-                                     may_change=may_change_on_resume(own_parser()))
-    config = model_options(config, explicit)
+        resume = False  # --resume-or-start where no run is: start one
+    first_rank = (tc.distributed.launcher_rank() or 0) == 0  # one report, not one per mpirun rank
+    config, _ = training_config_from_args(args, saved, may_change=may_change_on_resume(own_parser()),
+                                          log=print if first_rank else lambda text: None)
     if args.profile:
         from . import profile
 
         return profile.run(config, args.profile)
     check_out_folder(out, resume)
-    if config.get("tensorboard"):  # (its default, RUN/tensorboard, is checked with --out)
-        check_out_folder(Path(config["tensorboard"]), resume=True, option="--tensorboard")
+    if config.tensorboard:  # (its default, RUN/tensorboard, is checked with --out)
+        check_out_folder(Path(config.tensorboard), resume=True, option="--tensorboard")
     if out.exists() and not resume and RunFolder(out).metrics.exists():
         raise UsageError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     # the Trainer prints "run folder: ..." once it has created it, after the first batch

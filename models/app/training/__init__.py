@@ -1,9 +1,11 @@
-"""A training run: its options (``config.TrainingConfig``), the loop (``trainer``), its folder
-(``run_folder.RunFolder``), checkpoints (``checkpoints``, ``checkpoint_schema``), crash-consistent
-logs (``run_state``, ``run_logs``), TensorBoard and gradflow logs, progress bars, device sums,
-distributed training (``distributed``), presets, resource checks, the resume rules
-(``run_options``), output paths and option checks, and how a user error is told from a bug
-(``reporting``)."""
+"""A training run: its options (``config.TrainingConfig``), the loop (``trainer``) and its parts (the
+checks before data, ``preflight``; the data, ``run_data``; the step, ``step_runner``; checkpoints,
+``checkpointing``; stop conditions, ``stopping``; the sinks called at fixed points, ``callbacks``:
+metrics file, progress bar, TensorBoard and gradflow logs), its folder (``run_folder.RunFolder``),
+checkpoints (``checkpoints``, ``checkpoint_schema``), crash-consistent logs (``run_state``,
+``run_logs``), device sums, distributed training (``distributed``), presets, resource checks, the
+command line's options and the resume rules (``run_options``), output paths and option checks, and
+how a user error is told from a bug (``reporting``)."""
 from .config import TrainingConfig
 from .run_folder import RunFolder
 

@@ -24,7 +24,8 @@ import numpy as np
 from tinygrad_caps.errors import CheckpointError
 
 from ...capsnet.config import MODEL_CONFIGS, OptionError
-from .config import GEOMETRY_KEYS, TrainingConfig, checked
+from ...options import declaration
+from .config import GEOMETRY_KEYS, TrainingConfig
 
 ADAM_HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "amsgrad")
 SCHEDULER_KEYS = ("base_lr", "last_epoch", "gamma")
@@ -131,7 +132,7 @@ def validate_config(config, path, where="config") -> dict:
     for field in TrainingConfig.option_fields():  # the training options it records, as their fields allow
         if field.name in config and not (field.name == "augment" and config[field.name] is None):
             try:
-                checked(field, config[field.name])
+                declaration(field).check(config[field.name])
             except ValueError as exc:
                 check.fail(f"{where}.{field.name}", str(exc))
     return config

@@ -58,19 +58,23 @@ def model_config(config: dict):
         raise UsageError(f"{option_flag(exc.field)} {exc.reason}") from None
 
 
-def build_model(config: dict):
-    """The model ``config["model"]`` names ("capsnet", the default, or "cnn", the paper's BaselineCNN)
-    with the image geometry (in_channels, image_size, num_classes) and model options in ``config``."""
-    settings = model_config(config)
+def build_model(config):
+    """The model a run's ``config`` describes: a ModelConfig (a TrainingConfig's ``model_config``), or
+    a run's config as a dict (``config["model"]`` names it: "capsnet", the default, or "cnn", the
+    paper's BaselineCNN, with the image geometry and model options beside it)."""
+    settings = config if isinstance(config, tuple(MODEL_CONFIGS.values())) else model_config(config)
     _check_routing(settings)
     return MODEL_CLASSES[settings.MODEL].from_config(settings)
 
 
-def check_model_options(config: dict) -> None:
-    """Raise UsageError where the model options of a run's ``config`` do not go together (a routing
-    that takes no capsule bias or has no detach mode, a recipe part the routing does not take), as
+def check_model_options(config) -> None:
+    """Raise UsageError where the model options of a run's ``config`` (a TrainingConfig, or its dict
+    form) do not go together (a routing that takes no capsule bias or has no detach mode), as
     ``build_model`` would, but before the dataset gives the geometry: the model options alone are
-    checked, on the default geometry."""
+    checked, on the default geometry where it has none yet."""
+    if not isinstance(config, dict):
+        _check_routing(config.model_config)
+        return
     kind = config.get("model") or "capsnet"
     if kind not in MODEL_CONFIGS:
         return  # (model_config names it, where the model is built)

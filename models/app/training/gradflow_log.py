@@ -3,13 +3,18 @@ per-path gradient norms of that batch, read from the step that runs anyway (its 
 the routing traces, its backward retains their gradients), one JSON line each in RUN/gradflow.jsonl.
 With ``--log-mode-cosine`` the line also holds the cosine between that step's gradient and the
 other routing-gradient mode's on the same batch and weights (one more forward and backward).
+``GradflowSink`` is the part of a run that does this (and cuts the file back to the checkpoint on
+resume); ``GradflowLog`` writes the lines.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from ...analysis.gradflow import mode_gradient_cosines
 from ...analysis.routing_statistics import layer_statistics, network_scores
+from ...capsnet.model import CapsNet
+from .callbacks import TrainingPart
 from .run_state import keep_covered_lines
 
 
@@ -74,3 +79,46 @@ def _logged_step(line: str):
         return None
     step = record.get("step") if isinstance(record, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+class GradflowSink(TrainingPart):
+    """--log-gradflow: which steps trace, their lines, the mode cosine.
+
+    ``every``: log every ``every``-th step (None: log none, but still cut RUN/gradflow.jsonl back to
+    the checkpoint on resume, as the metrics are); ``path``: the log; ``fresh``: a new run's log
+    starts afresh at its first line. Only a CapsNet's steps trace (the baseline CNN has no routing),
+    and of several ranks only rank 0's, the statistics of its own part of the batch.
+    """
+
+    def __init__(self, path, every: int | None = None, fresh: bool = True):
+        self.path = Path(path)
+        self.log = GradflowLog(path, every, fresh=fresh) if every else None
+        self.mode_cosine = None  # the last traced step's cosines between the routing-gradient modes
+
+    def on_folder_ready(self, run) -> None:
+        if not run.checkpoints.resuming:
+            return
+        step = run.checkpoints.resumed_step
+        dropped = keep_gradflow_through_step(self.path, step)
+        if dropped:
+            run.say(f"dropped {dropped} line{'s' * (dropped > 1)} of {run.out_dir / 'gradflow.jsonl'} beyond the "
+                    f"checkpoint's step {step} (or cut short)")
+
+    def wants_traces(self, run, step: int) -> bool:
+        return (self.log is not None and isinstance(run.model, CapsNet) and run.shard[0] == 0
+                and self.log.due(step))
+
+    def after_backward(self, run, images, labels, traces) -> None:
+        """With --log-mode-cosine, a traced step's cosine between its gradient and the other mode's
+        (before the optimizer moves the weights)."""
+        if traces is not None and run.config.log_mode_cosine and isinstance(run.model, CapsNet):
+            self.mode_cosine = mode_gradient_cosines(run.model, images, labels, run.config.reconstruction_weight)
+
+    def on_step(self, run, step) -> None:
+        """A traced step's line, then every part's ``on_gradflow`` with it."""
+        if not step.traces:
+            return
+        state = run.state
+        record = self.log.write(state["epoch"] + 1, state["step"], run.global_step(), run.model.digit.gradient,
+                                step.traces, self.mode_cosine if run.config.log_mode_cosine else None)
+        run.parts.on_gradflow(run, record, step.traces)

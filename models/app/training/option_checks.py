@@ -1,4 +1,5 @@
-"""Checks of CLI values before any work starts: numeric ranges (argparse types) and ``--out``.
+"""Checks of CLI values before any work starts: the argparse types of commands' own numbers (a
+training option's is its declaration's, ``options.argument_type``), ``--out`` and ``--device``.
 
 Each argparse type raises ``argparse.ArgumentTypeError`` with the accepted range, so a bad value
 ends as argparse's one-line error and exit status 2 before anything is loaded or created.
@@ -13,74 +14,27 @@ from pathlib import Path
 import tinygrad_caps as tc
 
 from ...errors import UsageError
+from ...options import argument_type
+from .config import TrainingConfig
 from .output_paths import can_create_in
 from .run_folder import RunFolder
 
-MAX_LOSS_WEIGHT = 1000.0
-MAX_SEED = 2 ** 63 - 1
 
-
-def number(text) -> float:
-    """argparse type: a finite number."""
+def positive_float(text) -> float:
+    """argparse type: a finite number > 0."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be finite, got {text}")
-    return value
-
-
-def integer(text) -> int:
-    """argparse type: an integer."""
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-
-
-def _fraction(text) -> float:
-    """A finite number in (0, 1]."""
-    value = number(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 1], got {text}")
-    return value
-
-
-def learning_rate(text) -> float:
-    """A learning rate: finite, > 0 and <= 1 (Adam moves every weight by about lr per step)."""
-    return _fraction(text)
-
-
-def decay_factor(text) -> float:
-    """An ExponentialLR gamma: finite, in (0, 1]."""
-    return _fraction(text)
-
-
-def loss_weight(text) -> float:
-    """The weight of the reconstruction term, in [0, MAX_LOSS_WEIGHT] (the paper's is
-    ``DEFAULT_RECONSTRUCTION_WEIGHT``; far above the bound the term would swamp the margin loss and
-    overflow float32)."""
-    value = number(text)
-    if not 0 <= value <= MAX_LOSS_WEIGHT:
-        raise argparse.ArgumentTypeError(f"must lie in [0, {MAX_LOSS_WEIGHT:g}], got {text}")
-    return value
-
-
-def positive_float(text) -> float:
-    """argparse type: a finite number > 0."""
-    value = number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
 
 
-def seed(text) -> int:
-    """A random seed in [0, 2**63 - 1]."""
-    value = integer(text)
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must lie in [0, 2**63 - 1], got {text}")
-    return value
+seed = argument_type(TrainingConfig.field_for("seed"))
+"""argparse type: a random seed in [0, 2**63 - 1] (TrainingConfig's ``seed``)."""
 
 
 def check_out_folder(out, resume: bool, option: str = "--out") -> Path:

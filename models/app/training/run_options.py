@@ -1,72 +1,66 @@
-"""Which training options a command line gave, and how ``train --resume`` combines them with the run's own.
+"""The run options a command line gave (``CommandLineOptions``: built once from the parsed arguments
+into the run's one TrainingConfig), and how ``train --resume`` combines them with the run's own.
 
 ``--resume --out DIR`` continues the run as it was configured: every option the command line does
 not give is taken from the run's ``config.json`` (the options it was started with), so
 ``--resume --out DIR`` alone is enough. An option given again with the run's value is fine; one
-given with another value is refused in one line naming it and both values, except the options in
-``MAY_CHANGE_ON_RESUME``, which change where and how long the run goes on, not what it computes:
-``--epochs`` (extend or shorten the run), ``--device``, ``--data-dir`` (the same data, elsewhere),
-``--log-gradflow``, ``--log-mode-cosine``, ``--tensorboard`` and ``--cuda-graph`` (a captured step
-computes exactly what the eager one does).
-Their new values are written to ``config.json``, and the change is printed. ``--threads``
-(``RESTORED_ON_RESUME``) is the run's own unless given again; another value is taken, and the
-Trainer warns that the results then differ in their last bits. Each option's rule is its field's
-``resume`` in ``TrainingConfig``.
-``--distributed`` and ``--sync-batchnorm`` describe the launch and are taken from the command line.
+given with another value follows its field's ``resume`` tag in ``TrainingConfig``: "may change"
+(``MAY_CHANGE_ON_RESUME``: where and how long the run goes on, not what it computes) is taken and
+printed, "restored" (``RESTORED_ON_RESUME``: ``--threads``) is taken and the Trainer warns that the
+results then differ in their last bits, "launch" (``LAUNCH_OPTIONS``: ``--distributed``,
+``--sync-batchnorm``) is always the command line's, and "fixed" is refused in one line naming it
+and both values. The new values are written to ``config.json``.
 
 Options that only a CapsNet has are refused with ``--model cnn`` (``capsule_only_options``), and
-the CNN's own options with a CapsNet (``commands.train.model_options``).
+the CNN's own options with a CapsNet (``model_options``).
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
+import types
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS
 from ...errors import UsageError
+from ...options import option_flag
 from .config import (CAPSULE_TRAINING_OPTIONS, LAUNCH_OPTIONS, MAY_CHANGE_ON_RESUME,  # derived from TrainingConfig
-                     RESTORED_ON_RESUME, TrainingConfig)
+                     RESTORED_ON_RESUME, TrainingConfig, training_config)
 from .run_folder import RunFolder
 
 # what a command line holds beside a run's options (never written to config.json)
 NOT_RUN_OPTIONS = ("command", "out", "resume", "resume_or_start", "no_progress", "profile", "debug", "explicit",
                    "command_line")
 
-_UNSET = object()
 
+@dataclass(frozen=True)
+class CommandLineOptions:
+    """The run options one parsed command line holds: ``values``, every option's value by destination
+    (its default or the preset's where the command line gave none; ``--augment none`` as config.json
+    stores it, null), and ``explicit``, the destinations the command line gave itself."""
 
-def explicit_options(parser, argv) -> set:
-    """The destinations (``"conv1_channels"``, ...) of the options that ``argv`` gives explicitly.
+    values: Mapping
+    explicit: frozenset
 
-    ``parser`` is parsed a second time with every default replaced by a marker, so abbreviations
-    (``--epoch``), ``--opt=value`` and presets' defaults are all told apart correctly.
-    """
-    saved = []
-    for action in _all_actions(parser):
-        saved.append((action, action.default))
-        action.default = _UNSET
-    try:
-        parsed = parser.parse_args(argv)
-    finally:
-        for action, default in saved:
-            action.default = default
-    return {name for name, value in vars(parsed).items() if value is not _UNSET}
+    @classmethod
+    def of(cls, args) -> "CommandLineOptions":
+        """The run options of parsed ``args`` (``args.explicit``: what the command line gave)."""
+        values = {k: v for k, v in vars(args).items() if k not in NOT_RUN_OPTIONS}
+        if values.get("augment") == "none":
+            values["augment"] = None
+        return cls(types.MappingProxyType(values), frozenset(getattr(args, "explicit", ())))
 
+    def resumed(self, saved: dict, *, may_change=None, what: str = "run", log=print) -> "CommandLineOptions":
+        """These options on ``--resume`` of a run started with ``saved`` (``resumed_options``' rules)."""
+        values = resumed_options(dict(self.values), self.explicit, saved, log=log, may_change=may_change, what=what)
+        return dataclasses.replace(self, values=types.MappingProxyType(values))
 
-def _all_actions(parser):
-    """Every option action of ``parser`` and of its subcommands' parsers."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _all_actions(sub)
-        elif action.dest != "help":
-            yield action
-
-
-def option_flag(name: str) -> str:
-    """``"conv1_channels"`` -> ``"--conv1-channels"``."""
-    return "--" + name.replace("_", "-")
+    def training_config(self) -> TrainingConfig:
+        """The run's TrainingConfig: these options with only the chosen model's (``model_options``:
+        UsageError for the other model's, given explicitly; one for a bad option, naming its flag)."""
+        return training_config(model_options(dict(self.values), self.explicit))
 
 
 def saved_run_options(out: Path):
