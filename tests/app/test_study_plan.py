@@ -240,14 +240,14 @@ def test_every_registered_study_passes_its_checks_without_a_trainer_or_images(tm
 
 def test_the_checks_refuse_what_a_run_s_trainer_refuses_on_the_same_config(tmp_path):
     """check_runs against the Trainer: the same refusal for a config both meet (the spread loss captured)."""
-    from tinygrad_caps.models.app.studies.run_checks import check_before_data
+    from tinygrad_caps.models.app.training.preflight import preflight
 
     data = tiny_data_dir(tmp_path / "data", (24, 12), compress=False)
     config = TrainingConfig.from_dict({"dataset": "tiny", "data_dir": str(data), "device": "cpu",
                                        "cuda_graph": "on", "conv1_channels": 4, "primary_types": 2,
                                        "primary_dim": 4, "digit_dim": 4, "kernel_size": 3})
     with pytest.raises(UsageError) as checked:
-        check_before_data(config)
+        preflight(config)
     with pytest.raises(UsageError) as trained:
         training.Trainer(config, tmp_path / "run", show_progress=False, log=lambda text: None)
     assert str(checked.value) == str(trained.value)

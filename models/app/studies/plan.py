@@ -152,13 +152,13 @@ class StudyPlan:
 
     def check_runs(self) -> None:
         """Check the first run of every configuration as ``train`` checks a run before reading its
-        data (``run_checks.check_before_data``): no Trainer is built and no image read. A refusal is
+        data (``training.preflight.preflight``): no Trainer is built and no image read. A refusal is
         a UsageError naming the configuration: "configuration X: ..."."""
-        from .run_checks import check_before_data
+        from ..training.preflight import preflight
 
         for config in self.configs:
             try:
-                check_before_data(self.run_config(config.runs[0]))
+                preflight(self.run_config(config.runs[0]))
             except Exception as exc:  # noqa: BLE001  (a user's mistake gets the configuration's name; a bug passes)
                 if not is_user_error(exc):
                     raise

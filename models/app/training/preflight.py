@@ -1,11 +1,11 @@
 """Every check a run makes before its data loads, so that a run that cannot train is refused in one
-line before anything is read, built or written: the device, the model's options together (a routing
+line before anything is read, built or written: the device, the model's options together and on the dataset's geometry (a routing
 that refuses the gradient mode, the capsule bias or leaky routing), the dataset (its spec and
 geometry, read without its images), the memory a CapsNet and a batch need, ``--cuda-graph on`` where
 the step cannot be captured, and ``--log-mode-cosine`` where there is no other mode or several processes.
 
-A study checks each of its configurations with ``preflight`` before it trains any; the Trainer
-starts with it.
+A study checks the first run of each of its configurations with ``preflight`` before it writes
+anything (``StudyPlan.check_runs``: no Trainer built, no image read); the Trainer starts with it.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tinygrad_caps.data import DatasetSpec, dataset_spec
 
-from ...capsnet.routing import GRADIENT_MODES
+from ...capsnet.routing import GRADIENT_MODES, other_mode_refusal
 from ...capsnet.routing.registry import routing_refusal
 from ...errors import UsageError
 from .checkpoints import check_model_options
@@ -40,7 +40,9 @@ def preflight(config: TrainingConfig, processes: int = 1) -> RunSetup:
     check_model_options(config)  # options that do not go together, before the dataset gives the geometry
     # The registry gives the geometry and preprocessing; image_size and channels choose an image folder's.
     spec = dataset_spec(config.dataset, config.data_dir, config.image_size, config.channels)
+    spec.check_available(config.data_dir)  # the DatasetError loading would raise, with nothing read yet
     config = config.for_data(spec)
+    check_model_options(config)  # the same options on the dataset's geometry (an image too small for the kernels)
     if config.model == "capsnet":
         check_fits(config.model_config.to_dict(), min(config.batch_size, config.limit_train or config.batch_size),
                    config.dtype)
@@ -59,6 +61,8 @@ def check_mode_cosine(config: TrainingConfig, processes: int = 1) -> None:
     if processes > 1:
         raise UsageError("--log-mode-cosine needs one process: its extra backward would run on rank 0 alone")
     routing = config.model_config.routing if config.model == "capsnet" else None
-    if routing is not None and sum(routing_refusal(routing, mode) is None for mode in GRADIENT_MODES) < 2:
-        raise UsageError(f"--log-mode-cosine: routing {routing!r} is not iterative; it has one gradient mode, so "
-                         "there is no other mode to compare with")
+    if routing is not None:
+        modes = tuple(mode for mode in GRADIENT_MODES if routing_refusal(routing, mode) is None)
+        refusal = other_mode_refusal(routing, modes)
+        if refusal:
+            raise UsageError(refusal)
