@@ -285,7 +285,9 @@ def test_runs_on_gpus_are_placed_on_every_device_and_equal_the_runs_of_one_gpu_a
 
     data = study_data(tmp_path / "data")
     cli_command = [sys.executable, "-m", "tinygrad_caps.models.cli"]
-    shared = study_argv(tmp_path / "x", data, "--device", "cuda", "--cuda-graph", "off")[5:]  # (without --out DIR)
+    # 3 runs of one epoch: the first three of the four slots below (cuda:0, cuda:0, cuda:1) take them
+    shared = study_argv(tmp_path / "x", data, "--device", "cuda", "--cuda-graph", "off", "--seeds", "1",
+                        "--epochs", "1")[5:]  # (without --out DIR)
     placed = launch_standin([*cli_command, "study", "run", "gradient-modes", "--out", str(tmp_path / "placed"),
                              *shared, "--runs-per-device", "2", "--threads-per-run", "1"], devices=2)
     assert placed.returncode == 0, placed.stderr[-3000:]
