@@ -41,6 +41,21 @@ os.environ.setdefault("TINYGRAD_CAPS_DEVICE", "cpu")
 os.environ.setdefault("TINYGRAD_CAPS_MALLOC_TUNING", "0")
 
 
+THREAD_VARIABLES = ("TINYGRAD_CAPS_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def pytest_configure(config):
+    """Under ``pytest -n N`` (pytest-xdist), before the workers start: each worker, and what it starts,
+    computes on its share of the cores (the engine's threads and BLAS's), so that N workers never run
+    more threads than there are cores; a value already set is kept."""
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and not hasattr(config, "workerinput"):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        share = str(max(1, cores // int(workers)))
+        for name in THREAD_VARIABLES:
+            os.environ.setdefault(name, share)
+
+
 def mark_slow(items) -> None:
     """Add the ``slow`` marker to the items of ``SLOW_FILES`` and ``SLOW_TESTS`` (support/slow_tests.py)."""
     from slow_tests import SLOW_FILES, SLOW_TESTS
@@ -51,10 +66,19 @@ def mark_slow(items) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def slow_first(items) -> None:
+    """Under pytest-xdist, put the slow tests first (in their order): the workers share the long ones
+    at the start, and the run ends on short tests instead of one worker finishing a long one alone.
+    Every worker collects, and sorts, the same way."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_collection_modifyitems(config, items):
     from tinygrad_caps.backend import gpu_available
 
     mark_slow(items)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        slow_first(items)
 
     if gpu_available():
         return

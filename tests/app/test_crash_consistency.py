@@ -130,13 +130,16 @@ def test_a_ctrl_c_at_any_moment_of_start_up_exits_130_without_a_traceback(data_d
 
     script = Path(sys.executable).parent / "tinygrad-caps"
     launcher = [sys.executable, str(script)] if script.exists() else [sys.executable, "-m", "tinygrad_caps_cli"]
-    env = dict(os.environ, TINYGRAD_CAPS_DEVICE="cpu")
-    argv = args(data_dir, tmp_path / "run")
-    argv[argv.index("--epochs") + 1] = "50"
-    with subprocess.Popen(launcher + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env) as process:
+    # the run waits after its first batch until the Ctrl-C has been sent: it can never end before it
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    env = dict(os.environ, TINYGRAD_CAPS_DEVICE="cpu", TINYGRAD_CAPS_TEST_HOLD=f"optimizer-step@1:{hold}")
+    with subprocess.Popen(launcher + args(data_dir, tmp_path / "run"), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, env=env) as process:
         wait_for_numpy(process.pid)
-        time.sleep(delay)  # imports, data loading, or training, depending on the machine's speed
+        time.sleep(delay)  # imports, data loading, or the first batch, depending on the machine's speed
         process.send_signal(2)
+        (hold / "release").touch()
         stderr = process.stderr.read().decode()
         assert process.wait(timeout=120) == 130, stderr
     assert "Traceback" not in stderr

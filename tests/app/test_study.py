@@ -562,9 +562,10 @@ def test_a_real_second_process_is_refused_while_the_first_holds_the_folder(study
     import sys
 
     holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; from tinygrad_caps.models.app.studies.lock import study_lock\n"
-                               "with study_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
-                               str(study_copy)], stdout=subprocess.PIPE, text=True)
+                               "import sys; from tinygrad_caps.models.app.studies.lock import study_lock\n"
+                               # it holds the lock until killed
+                               "with study_lock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+                               str(study_copy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         assert cli.main(["study", "run", "gradient-modes", "--out", str(study_copy), "--resume"]) == 2

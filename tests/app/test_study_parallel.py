@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+import tinygrad_caps as tc
 from cli_helpers import TINY, one_line_error
 from study_helpers import leftovers, study_argv, study_files
 from tinygrad_caps.models import cli
@@ -29,10 +30,25 @@ def driver(argv, **options):
 
 
 def wait_for(predicate, seconds=120.0):
+    """Poll ``predicate`` until it holds: for what must happen (a held run, a file the driver writes), never
+    for a moment to catch; fails after ``seconds``."""
     end = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < end, "timed out"
         time.sleep(0.05)
+
+
+def held_at(hold, point="optimizer-step@2"):
+    """The environment whose runs stop at ``point`` (by default after the 2nd batch of their first epoch)
+    until ``hold``/release exists (run_state.py's TINYGRAD_CAPS_TEST_HOLD): no run can finish before the
+    test has done what it must do mid-study."""
+    hold.mkdir()
+    return dict(os.environ, TINYGRAD_CAPS_TEST_HOLD=f"{point}:{hold}")
+
+
+def held(hold):
+    """The PIDs of the run processes held in ``hold``."""
+    return [int(p.name.split("-")[1]) for p in hold.glob("held-*")]
 
 
 def test_two_jobs_give_the_files_of_the_sequential_study_and_each_run_its_train_log(
@@ -110,9 +126,10 @@ def test_a_run_held_by_another_live_process_is_not_trained_twice(tmp_path, data_
     assert cli.main(study_argv(out, data_options, *jobs, "--epochs", "1")) == 0
     run_dir = out / "runs" / "routing1" / "seed-0"
     holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; from tinygrad_caps.models.app.studies.lock import run_lock\n"
-                               "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)",
-                               str(run_dir)], stdout=subprocess.PIPE, text=True)
+                               "import sys; from tinygrad_caps.models.app.studies.lock import run_lock\n"
+                               # it holds the lock until killed
+                               "with run_lock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+                               str(run_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         before = (run_dir / "metrics.jsonl").read_bytes()
@@ -132,13 +149,15 @@ def test_a_run_held_by_another_live_process_is_not_trained_twice(tmp_path, data_
 
 def test_a_killed_driver_takes_its_runs_with_it_and_resume_ends_as_the_sequential_study(
         tmp_path, data_options, sequential_study):
-    out = tmp_path / "study"
-    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1"))
-    wait_for(lambda: any((out / "runs").glob("*/seed-*/metrics.jsonl")) and
-             len(list((out / "runs").glob("*/seed-*/run.lock"))) == 2)
-    pids = [json.loads(p.read_text())["pid"] for p in (out / "runs").glob("*/seed-*/run.lock")]
-    first.kill()
-    first.communicate()
+    out, hold = tmp_path / "study", tmp_path / "hold"
+    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1"), env=held_at(hold))
+    try:
+        wait_for(lambda: len(held(hold)) == 2)  # both runs mid-epoch, neither can finish
+        pids = [json.loads(p.read_text())["pid"] for p in (out / "runs").glob("*/seed-*/run.lock")]
+        assert sorted(pids) == sorted(held(hold))
+    finally:
+        first.kill()
+        first.communicate()
     wait_for(lambda: not any(_alive(pid) for pid in pids), seconds=30)  # PR_SET_PDEATHSIG: they died with it
     resumed = driver(["study", "run", "gradient-modes", "--out", str(out), "--resume", "--no-progress",
                       "--jobs", "2", "--threads-per-run", "1"])
@@ -149,29 +168,37 @@ def test_a_killed_driver_takes_its_runs_with_it_and_resume_ends_as_the_sequentia
 
 def test_a_second_driver_of_a_running_study_is_refused_in_one_line_naming_the_first(tmp_path, data_options,
                                                                                   capsys):
-    out = tmp_path / "study"
-    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1"))
+    out, hold = tmp_path / "study", tmp_path / "hold"
+    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1"), env=held_at(hold))
     try:
-        wait_for(lambda: any((out / "runs").glob("*/seed-*/run.lock")))
+        wait_for(lambda: held(hold))  # the first study is certainly running
         plan, lock = (out / "study.json").read_bytes(), (out / "study.lock").read_bytes()
         line = one_line_error(capsys, cli.main(["study", "run", "gradient-modes", "--out", str(out), "--resume",
                                                 "--jobs", "2"]))
         assert f"{out} is being run by another study run (pid {first.pid} on " in line
         assert (out / "study.json").read_bytes() == plan and (out / "study.lock").read_bytes() == lock
     finally:
+        (hold / "release").touch()
         _, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
 
 
 def test_ctrl_c_saves_every_running_run_and_resume_ends_as_the_sequential_study(
         tmp_path, data_options, sequential_study):
-    out = tmp_path / "study"
-    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--epochs", "2"))
-    wait_for(lambda: len(list((out / "runs").glob("*/seed-*/run.lock"))) == 2 and
-             any((out / "runs").glob("*/seed-*/metrics.jsonl")))
-    first.send_signal(signal.SIGINT)
+    out, hold = tmp_path / "study", tmp_path / "hold"
+    first = driver(study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1", "--epochs", "2"),
+                   env=held_at(hold))
+    try:
+        wait_for(lambda: len(held(hold)) == 2)  # both runs mid-epoch: the study cannot end before the Ctrl-C
+        first.send_signal(signal.SIGINT)
+        wait_for(lambda: (out / "study.stop").exists())  # the driver has told the runs to stop
+    finally:
+        (hold / "release").touch()
     stdout, stderr = first.communicate(timeout=120)
     assert first.returncode == 130, stderr
+    assert "(2 running)" in stdout
+    saved = [tc.load(path)["progress"] for path in (out / "runs").glob("*/seed-*/checkpoints/last.npz")]
+    assert [(p["epoch"], p["step"]) for p in saved] == [(0, 2), (0, 2)]  # both saved where they were stopped
     assert f"continue it with: tinygrad-caps study run gradient-modes --out {out} --resume" in stderr
     assert "stopping: every running run saves at its next batch boundary" in stdout
     assert leftovers(out) == []
@@ -258,7 +285,9 @@ def test_runs_on_gpus_are_placed_on_every_device_and_equal_the_runs_of_one_gpu_a
 
     data = study_data(tmp_path / "data")
     cli_command = [sys.executable, "-m", "tinygrad_caps.models.cli"]
-    shared = study_argv(tmp_path / "x", data, "--device", "cuda", "--cuda-graph", "off")[5:]  # (without --out DIR)
+    # 3 runs of one epoch: the first three of the four slots below (cuda:0, cuda:0, cuda:1) take them
+    shared = study_argv(tmp_path / "x", data, "--device", "cuda", "--cuda-graph", "off", "--seeds", "1",
+                        "--epochs", "1")[5:]  # (without --out DIR)
     placed = launch_standin([*cli_command, "study", "run", "gradient-modes", "--out", str(tmp_path / "placed"),
                              *shared, "--runs-per-device", "2", "--threads-per-run", "1"], devices=2)
     assert placed.returncode == 0, placed.stderr[-3000:]

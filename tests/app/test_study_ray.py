@@ -16,8 +16,13 @@ from cli_helpers import one_line_error
 from study_helpers import leftovers, study_argv, study_files
 from tinygrad_caps.models import cli
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs them all, one at a time: two_node_cluster's `ray stop --force` ends every Ray
+# of this machine, the local one of another test included.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 ray = pytest.importorskip("ray")
+# Ray's own default ports (dashboard, client server, dashboard agent) and its workers' range: `ray start`
+# refuses a --port among them ("used by other components").
+RAY_PORTS = {8265, 10001, 52365, *range(10002, 20000)}
 
 
 @pytest.fixture
@@ -26,9 +31,13 @@ def no_ray_address(monkeypatch):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that nothing listens on and that no part of Ray takes by default."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_PORTS:
+            return port
 
 
 def ray_command(*args, check=True):

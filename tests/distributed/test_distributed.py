@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -413,32 +414,37 @@ def rank_processes(launcher_pid):
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds the ranks through /proc")
 def test_train_distributed_stops_on_sigint_saves_global_sums_and_resumes_exactly(tmp_path):
     """SIGINT to ONE rank: every rank stops at the same batch, rank 0 saves the sums of all ranks.
-    (mpirun itself ends the job at once on SIGINT; signal the training processes for a clean stop.)"""
+    (mpirun itself ends the job at once on SIGINT; signal the training processes for a clean stop.)
+    Every rank is held after its 2nd batch (run_state.py's TINYGRAD_CAPS_TEST_HOLD) until the signal is
+    sent, so the stop lands mid-epoch, at the same batch, on any machine."""
     from tinygrad_caps.data import write_idx
 
     folder = tmp_path / "data" / "tiny"
     folder.mkdir(parents=True)
     rng = np.random.default_rng(1)
-    for stem, n in (("train", 1024), ("t10k", 32)):
+    for stem, n in (("train", 96), ("t10k", 32)):  # 6 batches of 16 an epoch
         write_idx(folder / f"{stem}-images-idx3-ubyte.gz", (rng.random((n, 12, 12)) * 255).astype(np.uint8), compress=True)
         write_idx(folder / f"{stem}-labels-idx1-ubyte", (np.arange(n) % 3).astype(np.uint8))
-    data = tmp_path / "data"
+    data, hold = tmp_path / "data", tmp_path / "hold"
+    hold.mkdir()
+    env = dict(single_thread_env(), TINYGRAD_CAPS_TEST_HOLD=f"optimizer-step@2:{hold}")
     cut = subprocess.Popen(mpirun_command(2) + train_command(data, tmp_path / "cut", "--epochs", "1", "--distributed"),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=dict(single_thread_env(), PYTHONUNBUFFERED="1"))
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        for line in cut.stdout:  # rank 0 says so once the first batch has trained
-            if line.startswith("run folder:"):
-                break
+        deadline = time.monotonic() + 120
+        while len(list(hold.glob("held-*"))) < 2 and cut.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         ranks = rank_processes(cut.pid)
-        assert len(ranks) == 2
+        assert sorted(ranks) == sorted(int(p.name.split("-")[1]) for p in hold.glob("held-*")) and len(ranks) == 2
         os.kill(ranks[-1], subprocess.signal.SIGINT)
+        (hold / "release").touch()
         rest = cut.communicate(timeout=120)[0]
     finally:
+        (hold / "release").touch()
         cut.kill()
     assert cut.returncode != 0 and "interrupted: saved" in rest
     progress = tc.load(tmp_path / "cut" / "checkpoints" / "last.npz")["progress"]
-    assert progress["epoch"] == 0 and 0 < progress["step"] < 64
+    assert progress["epoch"] == 0 and progress["step"] == 2  # where every rank was held
     assert progress["sums"]["seen"] == 16 * progress["step"]  # the sums of both ranks
     resumed = mpirun(train_command(data, tmp_path / "cut", "--epochs", "1", "--distributed", "--resume"))
     assert resumed.returncode == 0, resumed.stderr

@@ -314,11 +314,19 @@ def test_sliced_routing_forward_under_sanitizers(kind):
 @pytest.mark.slow
 def test_thread_sanitizer_sees_a_sliced_forward_that_adds_the_slices_without_its_ticket(tmp_path):
     """Planted: the block of the last slice adds every slice's partial sums whether or not the
-    other blocks are done (no ticket): ThreadSanitizer must report the race."""
+    other blocks are done (no ticket): ThreadSanitizer must report the race. The two blocks run side by
+    side for certain: each waits at its start until both have started (counters[b], which the ticket no
+    longer uses); otherwise, on a busy machine, the first slot's thread can end before the second's
+    starts, and the interpreter's lock between them orders the two for the sanitizer (no race seen)."""
     text = source_text("routing.cu")
+    start = "const int i_begin = slice * rows_per_slice, i_end = min(I, i_begin + rows_per_slice);"
     planted = text.replace("last_block = atomicAdd(counters + b, 1u) == (unsigned int)(S - 1);",
-                           "last_block = slice == S - 1;")
-    assert planted != text
+                           "last_block = slice == S - 1;").replace(start, start + """
+        if (threadIdx.x == 0) {
+            atomicAdd(counters + b, 1u);
+            while (atomicAdd(counters + b, 0u) < (unsigned int)S) {}
+        }""")
+    assert planted.count("last_block = slice == S - 1;") == 1 and planted.count("atomicAdd(counters + b, 0u)") == 1
     (tmp_path / "routing.cu").write_text(planted)
     code = textwrap.dedent(f"""
         import numpy as np

@@ -150,6 +150,8 @@ def single_thread_env():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", TINYGRAD_CAPS_DEVICE="cpu")
     env.setdefault("NCCL_SOCKET_IFNAME", "lo")  # every rank is on this machine (which may have no network)
+    # a rank waiting for another yields its core (Open MPI spins otherwise): other tests run beside them
+    env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     return env
 
 

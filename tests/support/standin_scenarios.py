@@ -233,9 +233,10 @@ def capture_follows_cuda_rules(_):
 
 
 def captured_training_equals_eager(_):
-    """Twenty CapsNet steps captured as a CUDA graph equal twenty eager steps (losses and weights to
-    1e-6), with capturable Adam whose learning rate changes between replays; the step's GEMMs go
-    through kernels.gemm, its capsule ops through the RawKernels, its backward is the tape's."""
+    """Ten CapsNet steps captured as a CUDA graph (two warm-up steps, the capture, seven replays) equal
+    ten eager steps (losses and weights to 1e-6), with capturable Adam whose learning rate changes
+    between replays; the step's GEMMs go through kernels.gemm, its capsule ops through the RawKernels,
+    its backward is the tape's."""
     import cupy
     from capsnet_steps import capsnet_training
     from tinygrad_caps.cuda_graphs import CaptureError, CapturedStep
@@ -245,8 +246,8 @@ def captured_training_equals_eager(_):
     batches = [(rng.random((4, 1, 10, 10), dtype=np.float32), rng.integers(0, 3, 4)) for _ in range(5)]
 
     def run(captured, capturable):
-        losses, weights, state, runner = capsnet_training(batches, 20, captured, capturable, lr=1e-2,
-                                                          lr_change=(12, 3e-3), in_channels=1, image_size=10,
+        losses, weights, state, runner = capsnet_training(batches, 10, captured, capturable, lr=1e-2,
+                                                          lr_change=(6, 3e-3), in_channels=1, image_size=10,
                                                           num_classes=3, **TINY_MODEL)
         assert runner is None or (runner.captured and runner.graph.node_count > 50)
         return losses, weights, state

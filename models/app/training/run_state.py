@@ -16,7 +16,9 @@ Test hook. ``TINYGRAD_CAPS_TEST_CRASH=point@n[:SIG[,SIG]]`` sends the named sign
 to the process itself the n-th time it passes ``crash_point(point)``; the crash-consistency tests
 use it to stop a run at exact places. With ``TINYGRAD_CAPS_TEST_CRASH_ONCE=PATH`` as well, only the
 first process to get there (the one that creates PATH) is stopped: the study tests kill one run's
-process (or Ray worker) among many, and the run started again goes on. Unset, ``crash_point`` does nothing.
+process (or Ray worker) among many, and the run started again goes on. ``TINYGRAD_CAPS_TEST_HOLD=point@n:DIR``
+holds a process the n-th time it passes ``point``: it creates DIR/held-PID and waits until DIR/release
+exists, so that a test can signal runs that are certainly mid-epoch. Unset, ``crash_point`` does nothing.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from tinygrad_caps.serialization import write_atomically
@@ -31,6 +34,7 @@ from tinygrad_caps.serialization import write_atomically
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CRASH_ENV = "TINYGRAD_CAPS_TEST_CRASH"
 CRASH_ONCE_ENV = "TINYGRAD_CAPS_TEST_CRASH_ONCE"
+HOLD_ENV = "TINYGRAD_CAPS_TEST_HOLD"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -130,8 +134,26 @@ def _first_crash_of_all() -> bool:
     return True
 
 
+def _hold_point(point: str) -> None:
+    """$TINYGRAD_CAPS_TEST_HOLD=point@n:DIR: the n-th pass creates DIR/held-PID, then waits for DIR/release."""
+    spec = os.environ.get(HOLD_ENV)
+    if not spec or spec.partition("@")[0] != point:
+        return
+    count, _, folder = spec.partition("@")[2].partition(":")
+    _hold_counts[point] = _hold_counts.get(point, 0) + 1
+    if _hold_counts[point] == int(count):
+        Path(folder, f"held-{os.getpid()}").touch()
+        while not Path(folder, "release").exists():
+            time.sleep(0.01)
+
+
+_hold_counts = {}
+
+
 def crash_point(point: str) -> None:
-    """The test hook described in the module docstring; does nothing unless $TINYGRAD_CAPS_TEST_CRASH names ``point``."""
+    """The test hooks described in the module docstring; do nothing unless $TINYGRAD_CAPS_TEST_CRASH or
+    $TINYGRAD_CAPS_TEST_HOLD names ``point``."""
+    _hold_point(point)
     spec = os.environ.get(CRASH_ENV)
     if not spec:
         return
