@@ -37,10 +37,20 @@ def _split_dir(root, split: str) -> Path:
     return folder
 
 
-def check_image_folder_split(root, split: str) -> None:
+def check_image_folder_split(root, split: str, image_size: int | None = None, channels: int | None = None) -> None:
     """DatasetError, as loading would raise it, where the image folder ``root`` has no ``split``
-    folder; no image is read."""
-    _split_dir(root, split)
+    folder; with ``image_size`` and ``channels``, also the DatasetOptionError of a split whose decoded
+    images would not fit in the memory available. No image is read (the folders are listed)."""
+    folder = _split_dir(root, split)
+    if image_size is not None and channels is not None:
+        _check_decoded_size(folder, _image_count(folder), image_size, channels)
+
+
+def _image_count(folder: Path) -> int:
+    """The image files in the class folders of ``folder``, counted without checking them (loading
+    refuses a bad one with its own message)."""
+    return sum(1 for class_dir in folder.iterdir() if class_dir.is_dir()
+               for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
 def folder_classes(root) -> list[str]:

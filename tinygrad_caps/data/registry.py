@@ -155,7 +155,7 @@ def _imagefolder_spec(name, data_dir, image_size, channels):
     classes = tuple(folder_classes(root))
     return DatasetSpec(name, classes, channels, image_size, UNIT_SCALE, UNIT_SCALE, "shift",
                        lambda split, d, dl: load_image_folder(root if d is None else d, split, image_size, channels),
-                       lambda split, d, dl: check_image_folder_split(root if d is None else d, split))
+                       lambda split, d, dl: check_image_folder_split(root if d is None else d, split, image_size, channels))
 
 
 # The datasets whose geometry --image-size and --channels choose; every other one has its own.
