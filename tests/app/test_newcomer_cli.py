@@ -74,7 +74,8 @@ def test_train_draws_no_bar_into_a_pipe_and_writes_its_lines_above_a_terminal_ba
 
     monkeypatch.setattr(tqdm.tqdm, "write", classmethod(lambda cls, text, *a, **k: written.append(text)))
     assert cli.main([*args, "--out", str(tmp_path / "terminal")]) == 0
-    assert f"run folder: {tmp_path / 'terminal'}" in written  # through the bar, which clears its line first
+    assert f"run folder: {tmp_path / 'terminal'}" in written, (  # through the bar, which clears its line first
+        written, progress.bars_wanted(False), capsys.readouterr())
 
 
 def test_evaluate_takes_a_run_folder_and_says_which_checkpoint(data_dir, tmp_path, capsys):
