@@ -39,8 +39,24 @@ def installed(package: str) -> bool:
         return False
 
 
+@pytest.fixture
+def registries_restored():
+    """An example may register a routing, a study or a figure (docs/routing.md registers one): what
+    it adds is taken out again, so that the tests after it, in this process, see the built-in ones."""
+    from tinygrad_caps.models.analysis import figures
+    from tinygrad_caps.models.app.studies import registry as studies
+    from tinygrad_caps.models.capsnet.routing import registry as routings
+
+    tables = (routings._ROUTINGS, routings._RECIPES, studies.STUDIES, figures.FIGURES)
+    saved = [dict(table) for table in tables]
+    yield
+    for table, before in zip(tables, saved):
+        table.clear()
+        table.update(before)
+
+
 @pytest.mark.parametrize("path, index, code", BLOCKS, ids=[f"{name(p)}-{i}" for p, i, _ in BLOCKS])
-def test_document_example_runs(path, index, code):
+def test_document_example_runs(path, index, code, registries_restored):
     missing = missing_optional_packages(code)
     if missing:
         pytest.skip(f"needs {', '.join(missing)}, an optional package the README's set-up does not install")

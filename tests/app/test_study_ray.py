@@ -16,9 +16,9 @@ from cli_helpers import one_line_error
 from study_helpers import leftovers, study_argv, study_files
 from tinygrad_caps.models import cli
 
-# One xdist worker runs them all, one at a time: two_node_cluster's `ray stop --force` ends every Ray
-# of this machine, the local one of another test included.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+# One xdist worker runs them all, one at a time (the README's `--dist loadfile` keeps a file's tests
+# together): two_node_cluster's `ray stop --force` ends every Ray of this machine, another's included.
+pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 # Ray's own default ports (dashboard, client server, dashboard agent) and its workers' range: `ray start`
 # refuses a --port among them ("used by other components").
