@@ -344,3 +344,33 @@ def test_an_unreadable_candidate_folder_does_not_stop_the_search(tmp_path, monke
 
     monkeypatch.setattr(mnist, "_find_file", locked)
     assert mnist.find_dataset_dir("tiny", tmp_path / "locked") == tmp_path / "cache" / "tiny"
+
+
+def test_a_batch_larger_than_the_training_set_is_checked_at_the_images_the_data_holds(data_dir, tmp_path,
+                                                                                        monkeypatch):
+    """The memory check before data reads the training set's size from its files' header (40 images
+    here), so a --batch-size far above it trains as it always did, and the estimate never sees more."""
+    from tinygrad_caps.models.app.training import resources
+
+    batches = []
+    real = resources.check_fits
+    monkeypatch.setattr(preflight, "check_fits", lambda options, batch, *a, **k: (batches.append(batch),
+                                                                                  real(options, batch, *a, **k)))
+    assert cli.main(train_args(data_dir, tmp_path / "run", "--batch-size", "2147483648")) == 0
+    assert batches == [40]
+    assert cli.main(train_args(data_dir, tmp_path / "limited", "--batch-size", "2147483648",
+                               "--limit-train", "24")) == 0
+    assert batches == [40, 24]
+
+
+def test_an_image_folder_counts_its_images_without_reading_them(tmp_path):
+    from tinygrad_caps.data import dataset_spec
+
+    for split, count in (("train", 3), ("test", 2)):
+        for label in ("a", "b"):
+            folder = tmp_path / split / label
+            folder.mkdir(parents=True)
+            for k in range(count):
+                (folder / f"{k}.png").write_bytes(b"not an image: counting reads no image")
+    spec = dataset_spec("imagefolder", tmp_path)
+    assert (spec.image_count("train", tmp_path), spec.image_count("test", tmp_path)) == (6, 4)

@@ -46,6 +46,11 @@ def check_image_folder_split(root, split: str, image_size: int | None = None, ch
         _check_decoded_size(folder, _image_count(folder), image_size, channels)
 
 
+def image_folder_count(root, split: str) -> int:
+    """The image files of ``split`` in the image folder ``root``, counted without reading them."""
+    return _image_count(_split_dir(root, split))
+
+
 def _image_count(folder: Path) -> int:
     """The image files in the class folders of ``folder``, counted without checking them (loading
     refuses a bad one with its own message)."""

@@ -140,6 +140,14 @@ def idx_image_shape(name: str, split: str = "train", data_dir=None) -> tuple:
     return _nchw_shape(shape)
 
 
+def idx_image_count(name: str, split: str = "train", data_dir=None) -> int | None:
+    """The images of one split of an IDX dataset, from its header alone, or None where its files are
+    not there yet (a known dataset that loading would download)."""
+    if find_dataset_dir(name, data_dir) is None:
+        return None
+    return idx_image_shape(name, split, data_dir)[0]
+
+
 def load_idx_labels(name: str, split: str = "train", data_dir=None):
     """One split's labels (N,) int64 of an IDX dataset, without its images; nothing is downloaded."""
     _, labels_path = _split_files(name, split, data_dir, False)

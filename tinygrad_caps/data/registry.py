@@ -15,9 +15,9 @@ import numpy as np
 
 from . import cifar, norb
 from .errors import DatasetError, DatasetOptionError
-from .folder import check_image_folder_split, folder_classes, load_image_folder
+from .folder import check_image_folder_split, folder_classes, image_folder_count, load_image_folder
 from .labels import class_count, require_examples
-from .mnist import KNOWN, check_idx_available, idx_image_shape, load_idx_dataset, load_idx_labels
+from .mnist import KNOWN, check_idx_available, idx_image_count, idx_image_shape, load_idx_dataset, load_idx_labels
 from .preprocess import UNIT_SCALE, Preprocess
 
 # Hinton, Sabour and Frosst (2018), "Matrix capsules with EM routing", section 5 (smallNORB): "We
@@ -48,6 +48,8 @@ class DatasetSpec:
         loader: (split, data_dir, download_missing) -> (uint8 images, int64 labels) as stored.
         available: (split, data_dir, download_missing) -> None; the DatasetError ``loader`` would
             raise where the split's files are not where it looks (``check_available``).
+        counter: (split, data_dir) -> the number of images of the split, read from the files'
+            headers or listing without their images (``image_count``); None where unknown.
     """
 
     name: str
@@ -59,6 +61,7 @@ class DatasetSpec:
     augment: str | None
     loader: Callable
     available: Callable | None = None
+    counter: Callable | None = None
 
     @property
     def num_classes(self) -> int:
@@ -81,6 +84,11 @@ class DatasetSpec:
             raise DatasetError(f"dataset {self.name!r} ({split}): label {int(labels.max())} is out of range "
                                f"0..{self.num_classes - 1}")
         return images, labels
+
+    def image_count(self, split: str, data_dir=None) -> int | None:
+        """The images of ``split`` as loading would give them, without reading them (after
+        ``check_available``), or None where the dataset cannot tell."""
+        return None if self.counter is None else self.counter(split, data_dir)
 
     def check_available(self, data_dir=None, download_missing: bool | None = None) -> None:
         """The DatasetError ``load`` would raise where a split's files are not where it looks for
@@ -116,7 +124,8 @@ def _idx_spec(name, data_dir, image_size, channels):
         _fixed_geometry(name, 1, 28, image_size, channels)
         return DatasetSpec(name, tuple(info["classes"]), 1, 28, UNIT_SCALE, UNIT_SCALE, "shift",
                            lambda split, d, dl: load_idx_dataset(name, split, d, dl),
-                           lambda split, d, dl: check_idx_available(name, d, dl))
+                           lambda split, d, dl: check_idx_available(name, d, dl),
+                           lambda split, d: idx_image_count(name, split, d))
     # Any other name: a folder of the four IDX files, its geometry read from the files themselves
     # (the images' header; their data is read once, by the spec's load)
     _, found_channels, height, width = idx_image_shape(name, "train", data_dir)
@@ -127,7 +136,8 @@ def _idx_spec(name, data_dir, image_size, channels):
     num_classes = class_count(name, train_labels, test_labels)  # 0..K-1, every class present in training
     return DatasetSpec(name, tuple(str(k) for k in range(num_classes)), found_channels, height, UNIT_SCALE,
                        UNIT_SCALE, "shift", lambda split, d, dl: load_idx_dataset(name, split, d, dl),
-                       lambda split, d, dl: check_idx_available(name, d, dl))
+                       lambda split, d, dl: check_idx_available(name, d, dl),
+                       lambda split, d: idx_image_count(name, split, d if d is not None else data_dir))
 
 
 def _smallnorb_spec(name, data_dir, image_size, channels):
@@ -155,7 +165,8 @@ def _imagefolder_spec(name, data_dir, image_size, channels):
     classes = tuple(folder_classes(root))
     return DatasetSpec(name, classes, channels, image_size, UNIT_SCALE, UNIT_SCALE, "shift",
                        lambda split, d, dl: load_image_folder(root if d is None else d, split, image_size, channels),
-                       lambda split, d, dl: check_image_folder_split(root if d is None else d, split, image_size, channels))
+                       lambda split, d, dl: check_image_folder_split(root if d is None else d, split, image_size, channels),
+                       lambda split, d: image_folder_count(root if d is None else d, split))
 
 
 # The datasets whose geometry --image-size and --channels choose; every other one has its own.

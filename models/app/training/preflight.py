@@ -43,9 +43,10 @@ def preflight(config: TrainingConfig, processes: int = 1) -> RunSetup:
     spec.check_available(config.data_dir)  # the DatasetError loading would raise, with nothing read yet
     config = config.for_data(spec)
     check_model_options(config)  # the same options on the dataset's geometry (an image too small for the kernels)
-    if config.model == "capsnet":
-        check_fits(config.model_config.to_dict(), min(config.batch_size, config.limit_train or config.batch_size),
-                   config.dtype)
+    if config.model == "capsnet":  # the largest batch the data can give (no more images than it holds)
+        images = [n for n in (config.batch_size, config.limit_train, spec.image_count("train", config.data_dir))
+                  if n is not None]
+        check_fits(config.model_config.to_dict(), min(images), config.dtype)
     reason = graph_refusal(config, device, processes)
     if reason is not None and config.cuda_graph == "on":
         raise UsageError(f"--cuda-graph on: the training step cannot be captured: {reason}")
