@@ -1,8 +1,9 @@
 """Every check a run makes before its data loads, so that a run that cannot train is refused in one
-line before anything is read, built or written: the device, the model's options together and on the dataset's geometry (a routing
-that refuses the gradient mode, the capsule bias or leaky routing), the dataset (its spec and
-geometry, read without its images), the memory a CapsNet and a batch need, ``--cuda-graph on`` where
-the step cannot be captured, and ``--log-mode-cosine`` where there is no other mode or several processes.
+line before anything is read, built or written: the device, the model's options together and on the
+dataset's geometry (a routing that refuses the gradient mode, the capsule bias or leaky routing), the
+dataset (its spec, geometry and size, read without its images), the memory a CapsNet and a batch
+need, ``--cuda-graph on`` where the step cannot be captured, and ``--log-mode-cosine`` where there
+is no other mode or several processes.
 
 A study checks the first run of each of its configurations with ``preflight`` before it writes
 anything (``StudyPlan.check_runs``: no Trainer built, no image read); the Trainer starts with it.
