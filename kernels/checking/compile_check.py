@@ -114,33 +114,42 @@ def compile_with_nvrtc(name: str, arch: str, compile_pass: str = "cupy") -> byte
 
 def compile_text_with_nvrtc(text: str, name: str, arch: str, compile_pass: str = "cupy") -> bytes:
     """The cubin of CUDA source ``text`` for ``sm_<arch>``, with the options of ``compile_pass``."""
+    cubin, diagnostics, _ = _compiled(text, name, arch, compile_pass)
+    if diagnostics:
+        raise CompileError(f"NVRTC ({compile_pass}) diagnostics for kernels/{name} (sm_{arch}):\n{diagnostics}")
+    return cubin
+
+
+# ptxas's -v report: "ptxas info    : ..." lines and their "ptxas         .     0 bytes stack frame" lines
+_PTXAS_REPORT_LINE = re.compile(r"^ptxas\s+(info\s*:|\.\s)")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(text: str, name: str, arch: str, compile_pass: str) -> tuple:
+    """(cubin, diagnostics, ptxas's report) of one NVRTC compile, kept for the process: the compile
+    check and the register count of a file read the same compile. ``--ptxas-options=-v`` only adds
+    ptxas's report to the log (the code is the same); it is split off, and whatever else the log
+    holds is a diagnostic. Raises CompileError when NVRTC fails."""
     nvrtc = nvrtc_bindings()
-    options = nvrtc_options(arch, compile_pass)
     program = nvrtc.createProgram(text, name, [], [])
     try:
         try:
-            nvrtc.compileProgram(program, options)
+            nvrtc.compileProgram(program, nvrtc_options(arch, compile_pass) + ["--ptxas-options=-v"])
         except nvrtc.NVRTCError as exc:
             raise CompileError(f"NVRTC ({compile_pass}) failed on kernels/{name} (sm_{arch}):\n"
                                f"{nvrtc.getProgramLog(program)}") from exc
-        log = nvrtc.getProgramLog(program).strip("\x00\n ")
-        if log:
-            raise CompileError(f"NVRTC ({compile_pass}) diagnostics for kernels/{name} (sm_{arch}):\n{log}")
-        return nvrtc.getCUBIN(program)
+        lines = nvrtc.getProgramLog(program).strip("\x00\n ").splitlines()
+        report = "\n".join(line for line in lines if _PTXAS_REPORT_LINE.match(line))
+        diagnostics = "\n".join(line for line in lines if line.strip() and not _PTXAS_REPORT_LINE.match(line))
+        return nvrtc.getCUBIN(program), diagnostics, report
     finally:
         nvrtc.destroyProgram(program)
 
 
 def register_counts(name: str, arch: str) -> dict:
     """Registers per thread of each kernel in ``kernels/<name>`` for ``sm_<arch>``, as ptxas reports
-    them (CuPy's options plus ``--ptxas-options=-v``): {kernel name: registers}."""
-    nvrtc = nvrtc_bindings()
-    program = nvrtc.createProgram(source_text(name), name, [], [])
-    try:
-        nvrtc.compileProgram(program, nvrtc_options(arch) + ["--ptxas-options=-v"])
-        log = nvrtc.getProgramLog(program)
-    finally:
-        nvrtc.destroyProgram(program)
+    them for CuPy's options (the compile of the ``cupy`` pass): {kernel name: registers}."""
+    _, _, log = _compiled(source_text(name), name, arch, "cupy")
     # per entry function (a device function such as CUDA's __internal_accurate_pow reports no registers)
     counts = dict(re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, re.S))
     if not counts:

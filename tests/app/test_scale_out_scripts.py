@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 
 def test_runs_per_device_measures_every_count_of_runs_side_by_side():
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "runs_per_device.py"), "--device", "cpu",
-                           "--runs", "1", "2", "--batch", "2", "--seconds", "0.5", "--setup-seconds", "15", "--json"],
+                           "--runs", "1", "2", "--batch", "2", "--seconds", "0.5", "--setup-seconds", "2", "--model", "tiny",
+                           "--json"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -2,7 +2,9 @@
 two-node local cluster from ``ray start --head`` and ``ray start --address``. The runs' files equal the
 sequential study's; a Ray worker SIGKILLed mid-epoch is retried by Ray and its run ends as if never
 killed; an address where no Ray answers, and a node that cannot see the study folder, are one-line
-errors with nothing created; without Ray installed, the error says how to install it."""
+errors with nothing created; without Ray installed, the error says how to install it. Each Ray
+started costs seconds: the killed worker is one of the local Ray's study, and the two-node cluster
+serves both tests that need one."""
 import json
 import shutil
 import socket
@@ -47,20 +49,11 @@ def ray_command(*args, check=True):
                           timeout=180, check=check)
 
 
-def test_a_local_ray_gives_the_files_of_the_sequential_study(
-        tmp_path, data_options, sequential_study, capsys, no_ray_address):
-    out = tmp_path / "study"
-    assert cli.main(study_argv(out, data_options, "--executor", "ray", "--threads-per-run", "1")) == 0
-    assert study_files(out) == sequential_study and leftovers(out) == []
-    printed = capsys.readouterr().out
-    assert "[routing1 seed 0] submitted to Ray" in printed and "study: 6 finished, 0 running, 0 left" in printed
-    for run_dir in (out / "runs").glob("*/seed-*"):
-        assert "epoch 2: train loss" in (run_dir / "train.log").read_text()
-    assert not ray.is_initialized()  # the local Ray started for the study is stopped after it
-
-
-def test_a_ray_worker_killed_mid_epoch_is_retried_and_its_run_ends_as_if_never_killed(
-        tmp_path, data_options, sequential_study, monkeypatch, no_ray_address):
+def test_a_local_ray_retries_a_worker_killed_mid_epoch_and_gives_the_files_of_the_sequential_study(
+        tmp_path, data_options, sequential_study, capsys, monkeypatch, no_ray_address):
+    """A local Ray started for the study, one of whose workers is SIGKILLed mid-epoch (once): Ray
+    retries the task, its run continues from its checkpoint, and every file equals the sequential
+    study's (one study for both checks: each local Ray costs its start)."""
     out, marker = tmp_path / "study", tmp_path / "killed-once"
     monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH", "optimizer-step@2:KILL")  # reaches the tasks' workers
     monkeypatch.setenv("TINYGRAD_CAPS_TEST_CRASH_ONCE", str(marker))
@@ -70,6 +63,11 @@ def test_a_ray_worker_killed_mid_epoch_is_retried_and_its_run_ends_as_if_never_k
               or "resuming" in log.read_text()]
     assert len(killed) == 1  # the one run whose worker died was continued from its checkpoint
     assert study_files(out) == sequential_study and leftovers(out) == []
+    printed = capsys.readouterr().out
+    assert "[routing1 seed 0] submitted to Ray" in printed and "study: 3 finished, 0 running, 0 left" in printed
+    for run_dir in (out / "runs").glob("*/seed-*"):
+        assert "epoch 2: train loss" in (run_dir / "train.log").read_text()
+    assert not ray.is_initialized()  # the local Ray started for the study is stopped after it
 
 
 def test_an_address_where_no_ray_answers_is_a_one_line_error_within_a_minute(tmp_path, data_options, capsys):
@@ -94,9 +92,10 @@ def test_without_ray_the_error_says_how_to_install_it(tmp_path, data_options):
     assert not out.exists()
 
 
-@pytest.fixture
-def two_node_cluster(tmp_path):
-    """A Ray cluster of two nodes on this machine (a head and a worker, one CPU each); its address."""
+@pytest.fixture(scope="module")
+def two_node_cluster():
+    """A Ray cluster of two nodes on this machine (a head and a worker, one CPU each); its address.
+    Started once for the tests of this file that use it (they leave nothing running on it)."""
     port = free_port()
     ray_command("stop", "--force", check=False)
     ray_command("start", "--head", f"--port={port}", "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false",

@@ -128,7 +128,7 @@ def test_cupys_kernel_cache_keeps_our_modules_across_processes(tmp_path):
     cubins = sorted(f for f in os.listdir(tmp_path / "cache") if f.endswith(".cubin"))
     assert len(cubins) == len(every)
     assert probe()["compiled"] == []
-    assert probe("// a changed routing.cu")["compiled"] == ["routing.cu[f32]", "routing.cu[f64]"]
+    assert probe("// a changed activation.cu")["compiled"] == ["activation.cu[f32]", "activation.cu[f64]"]
     assert not (tmp_path / "home").exists()
 
 

@@ -1,6 +1,7 @@
 """Every .cu compiles to a cubin for sm_80 and sm_90 with NVRTC, given exactly the options CuPy's
 RawModule passes (and once more without the default device execution space), and with nvcc, with
-no diagnostics; and the check itself rejects broken sources."""
+no diagnostics; and the check itself rejects broken sources. A file is compiled once per
+architecture and pass in a process: its register counts are read from the same compile."""
 import pytest
 
 from tinygrad_caps.kernels.checking import compile_check
@@ -18,8 +19,12 @@ def test_every_kernel_file_is_listed():
     assert set(cuda_sources()) >= {"im2col.cu", "capsule.cu", "routing.cu"}
 
 
-@pytest.mark.parametrize("compile_pass", compile_check.PASSES)
-@pytest.mark.parametrize("arch", compile_check.ARCHITECTURES)
+# CuPy's pass for every architecture; the strict pass checks execution-space annotations, which no
+# architecture changes, on the newest one
+NVRTC_CHECKS = [(arch, "cupy") for arch in compile_check.ARCHITECTURES] + [(compile_check.ARCHITECTURES[-1], "strict")]
+
+
+@pytest.mark.parametrize("arch, compile_pass", NVRTC_CHECKS)
 @pytest.mark.parametrize("name", cuda_sources())
 def test_nvrtc_compiles_to_cubin_without_diagnostics(name, arch, compile_pass):
     nvrtc_or_skip()
@@ -99,3 +104,14 @@ def test_launcher_constants_match_the_kernel_sources():
     assert int(defined["AGREEMENT_ROWS_PER_WARP"]) == routing.AGREEMENT_ROWS_PER_WARP
     assert int(defined["ROUTING_FORWARD_THREADS"]) == routing.FORWARD_THREADS
     assert "__launch_bounds__(ROUTING_FORWARD_THREADS) routing_forward_f32" in source_text("routing.cu")
+
+
+def test_ptxas_report_is_split_from_the_diagnostics():
+    """--ptxas-options=-v's report is not a diagnostic, but a warning beside it still is."""
+    nvrtc_or_skip()
+    cubin = compile_check.compile_text_with_nvrtc('extern "C" __global__ void k_f32(float* x) { x[0] = 1.0f; }',
+                                                  "quiet.cu", "90")
+    assert cubin[:4] == b"\x7fELF"
+    with pytest.raises(compile_check.CompileError, match="diagnostics"):
+        compile_check.compile_text_with_nvrtc(
+            'extern "C" __global__ void k_f32(float* x) { int unused = 3; x[0] = 1.0f; }', "warn2.cu", "90")

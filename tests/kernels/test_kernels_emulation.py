@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from planted_kernels import write_planted_kernels
 from tinygrad_caps.kernels import activation, capsule, conv, optim, routing
 from tinygrad_caps.kernels.checking.emulation import Emulator, sanitizer_environment, selfcheck
 from tinygrad_caps.kernels.checking.reference import reference_col2im, reference_im2col
@@ -262,13 +263,13 @@ def test_routing_forward_asks_the_gpu_for_its_sm_count(emulator, monkeypatch):
     assert emulator.launches[-1][0] == "routing_forward_f64"
 
 
-@pytest.mark.parametrize("ways", [dict(fiber_switch="ucontext"), dict(os_threads=True)],
-                         ids=["fibers-ucontext", "os-threads"])
 @pytest.mark.slow
-def test_every_kernel_agrees_with_numpy_whichever_way_threads_run(ways):
+def test_every_kernel_agrees_with_numpy_with_the_portable_fiber_switch():
     """The default (fibers with the x86-64 switch) runs every other test; the portable switch that
-    ARM machines use, and OS threads without a sanitizer, must agree as well."""
-    assert selfcheck(Emulator(max_blocks=3, **ways)) == []
+    ARM machines use must agree as well. (OS threads run every kernel under ThreadSanitizer in
+    test_all_kernels_pass_under_sanitizers: the same code with the sanitizer's checks added, so a
+    build of its own without them would only cost a compile.)"""
+    assert selfcheck(Emulator(max_blocks=3, fiber_switch="ucontext")) == []
 
 
 @pytest.mark.parametrize("name", cuda_sources())
@@ -463,39 +464,13 @@ def test_launchers_accept_non_contiguous_views(emulator):
     np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, 32), np.einsum("ijdk,bik->bijd", w, u), rtol=1e-12)
 
 
-BROKEN_SOURCES = {
-    "skips_last.cu": """
-        extern "C" __global__ void skips_last(float* __restrict__ out, int n)
-        {
-            int i = blockIdx.x * blockDim.x + threadIdx.x;
-            if (i < n - 1) out[i] = 1.0f;
-        }
-    """,
-    "racy.cu": """
-        extern "C" __global__ void racy(float* __restrict__ out, int n)
-        {
-            __shared__ float partial[64];
-            partial[threadIdx.x] = threadIdx.x;
-            // missing __syncthreads(): reads a neighbour's slot that may not be written yet
-            out[threadIdx.x] = partial[(threadIdx.x + 1) % blockDim.x];
-        }
-    """,
-    "out_of_bounds.cu": """
-        extern "C" __global__ void out_of_bounds(float* __restrict__ out, int n)
-        {
-            int i = blockIdx.x * blockDim.x + threadIdx.x;
-            if (i < n) out[i] = out[i + 1];  // reads one past the end
-        }
-    """,
-}
 
 
 @pytest.fixture(scope="module")
 def broken_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("broken_kernels")
-    for name, text in BROKEN_SOURCES.items():
-        (folder / name).write_text(textwrap.dedent(text))
-    return folder
+    """The planted kernels (tests/support/planted_kernels.py), the same folder's text as
+    test_kernels_warps.py's: one build of each kind serves both files."""
+    return write_planted_kernels(tmp_path_factory.mktemp("planted_kernels"))
 
 
 def test_an_unwritten_output_element_shows_as_nan(broken_dir):

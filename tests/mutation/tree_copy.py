@@ -11,8 +11,9 @@ IGNORED = (".git", "runs", "__pycache__", ".hypothesis", ".pytest_cache", "*.egg
 
 def environment(tree) -> dict:
     """os.environ with the copy first on the import path and no bytecode written (a planted bug and
-    its restored original can share a size and an mtime second, so a cached .pyc could outlive either)."""
-    return {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    its restored original can share a size and an mtime second, so a cached .pyc could outlive either;
+    TINYGRAD_CAPS_BYTECODE=off keeps tests/conftest.py from turning a bytecode cache on)."""
+    return {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1", "TINYGRAD_CAPS_BYTECODE": "off"}
 
 
 def copy_tree(destination) -> pathlib.Path:

@@ -9,7 +9,8 @@ and is let fail; everything else, NVRTC and CuPy's on-disk cache included, is Cu
     python cupy_cache_probe.py [EXTRA_SOURCE_LINE]
 
 Prints one JSON line: {"compiled": [the modules NVRTC compiled, "routing.cu[f32]"...], "seconds":
-wall time}. With EXTRA_SOURCE_LINE, routing.cu's modules get that line appended (a changed source)."""
+wall time}. With EXTRA_SOURCE_LINE, activation.cu's modules get that line appended (a changed source; the
+smallest file, to compile again quickly)."""
 import json
 import sys
 import time
@@ -30,7 +31,7 @@ compiled = []
 nvrtc = compiler._compile_using_nvrtc_no_warning
 extra = sys.argv[1] if len(sys.argv) > 1 else None
 units = [(source, variant) for source in cuda_sources() for variant in module_variants(source)]
-texts = {unit: module_source(*unit) + (f"\n{extra}\n" if extra and unit[0] == "routing.cu" else "") for unit in units}
+texts = {unit: module_source(*unit) + (f"\n{extra}\n" if extra and unit[0] == "activation.cu" else "") for unit in units}
 
 
 def counting(source, *args, **kwargs):

@@ -27,6 +27,6 @@ SLOW_FILES = {
 }
 SLOW_TESTS = {  # single tests of files otherwise quick
     "app/test_readme.py::test_document_example_runs": "the documents' examples train and draw",
-    "engine/test_tape.py::test_a_chain_of_100000_ops_needs_no_recursion": "100,000 ops",
+    "engine/test_tape.py::test_a_chain_of_20000_ops_needs_no_recursion": "20,000 ops",
     "models/test_baseline_cnn.py::test_baseline_learns_a_separable_pattern": "trains",
 }
