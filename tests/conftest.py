@@ -73,10 +73,24 @@ def pytest_configure(config):
     cache_bytecode_outside_the_tree()
     workers = getattr(config.option, "numprocesses", None)
     if workers and not hasattr(config, "workerinput"):
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        share = str(max(1, cores // int(workers)))
+        share = str(max(1, usable_cores() // int(workers)))
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, share)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # (without pytest-xdist, or -p no:xdist, no such hook)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker more than the cores. A sixth of a worker's time is spent waiting for
+    processes it started (a study's runs, Ray, ``mpirun``, the stand-in's programs); the extra worker
+    computes meanwhile. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides where it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return usable_cores() + 1
 
 
 def mark_slow(items) -> None:

@@ -8,10 +8,14 @@ and is let fail; everything else, NVRTC and CuPy's on-disk cache included, is Cu
 
     python cupy_cache_probe.py [EXTRA_SOURCE_LINE]
 
+``CUPY_CACHE_PROBE_SOURCES=a.cu,b.cu`` limits it to those sources' modules (the cache test takes the
+two smallest: what the cache does is the same for every module, and each compile costs seconds).
+
 Prints one JSON line: {"compiled": [the modules NVRTC compiled, "routing.cu[f32]"...], "seconds":
 wall time}. With EXTRA_SOURCE_LINE, activation.cu's modules get that line appended (a changed source; the
 smallest file, to compile again quickly)."""
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +34,8 @@ compiler._get_arch_for_options_for_nvrtc = lambda arch=None: (f"-arch=sm_{arch o
 compiled = []
 nvrtc = compiler._compile_using_nvrtc_no_warning
 extra = sys.argv[1] if len(sys.argv) > 1 else None
-units = [(source, variant) for source in cuda_sources() for variant in module_variants(source)]
+chosen = [name for name in os.environ.get("CUPY_CACHE_PROBE_SOURCES", "").split(",") if name] or cuda_sources()
+units = [(source, variant) for source in chosen for variant in module_variants(source)]
 texts = {unit: module_source(*unit) + (f"\n{extra}\n" if extra and unit[0] == "activation.cu" else "") for unit in units}
 
 
