@@ -120,8 +120,13 @@ def compile_text_with_nvrtc(text: str, name: str, arch: str, compile_pass: str =
     return cubin
 
 
-# ptxas's -v report: "ptxas info    : ..." lines and their "ptxas         .     0 bytes stack frame" lines
-_PTXAS_REPORT_LINE = re.compile(r"^ptxas\s+(info\s*:|\.\s)")
+# ptxas's -v report and nothing else: "ptxas info    : 0 bytes gmem", "... Compiling entry function 'k' for
+# 'sm_90'", "... Function properties for k", "ptxas         .     0 bytes stack frame, ...", "... Used 32
+# registers, ...", "... Compile time = 71.1 ms". Any other line (an advisory such as "ptxas info : (C7515)
+# Potential Performance Loss", a warning, an error) stays a diagnostic, as it is without -v.
+_PTXAS_REPORT_LINE = re.compile(
+    r"^ptxas\s+(info\s*:\s*(\d+ bytes gmem|Compiling entry function|Function properties for|Used \d+ registers"
+    r"|Compile time =)|\.\s+\d+ bytes stack frame)")
 
 
 @functools.lru_cache(maxsize=None)

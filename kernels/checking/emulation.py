@@ -183,12 +183,15 @@ class Emulator:
         the folder's path: identical planted kernels written to two temp folders share one build).
         Processes that need the same build at the same time build it once: the others wait."""
         sources = sorted(p.name for p in self.source_dir.glob("*.cu"))
-        shim = SHIM.read_text()
-        texts = [f"{s}\n{(self.source_dir / s).read_text()}" for s in sources]
+        headers = sorted(p.name for p in self.source_dir.iterdir() if p.suffix in (".h", ".cuh"))
+        wrapper = wrapper_source(sources, self.source_dir)
+        texts = [f"{name}\n{(self.source_dir / name).read_text()}" for name in sources + headers]
         flags = COMMON_FLAGS + SANITIZER_FLAGS[self.sanitize] + ([] if self.os_threads else ["-DEMU_FIBERS"])
         if not self.os_threads and self.fiber_switch == "ucontext":
             flags.append("-DEMU_UCONTEXT")
-        digest = hashlib.sha256("\0".join([shim, " ".join(flags)] + texts).encode()).hexdigest()[:16]
+        # the wrapper without the folder's path: the generated launch functions are part of the build
+        key = [SHIM.read_text(), " ".join(flags), wrapper.replace(str(self.source_dir), "")] + texts
+        digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
         self.build_dir.mkdir(parents=True, exist_ok=True)
         kind = self.sanitize or ("threads" if self.os_threads else f"fibers-{self.fiber_switch}")
         library = self.build_dir / f"kernels-{kind}-{digest}.so"
@@ -199,14 +202,17 @@ class Emulator:
             if library.exists():  # built by the process that held the lock
                 return library
             cpp = self.build_dir / f"wrapper-{digest}.{os.getpid()}.cpp"
-            cpp.write_text(wrapper_source(sources, self.source_dir))
             tmp = library.with_suffix(f".{os.getpid()}.tmp")
-            command = ["g++", *flags, "-include", str(SHIM), str(cpp), "-o", str(tmp)]
-            result = subprocess.run(command, capture_output=True, text=True)
-            cpp.unlink()
-            if result.returncode != 0:
-                raise RuntimeError(f"building the CPU emulation of {', '.join(sources)} failed:\n{result.stderr}")
-            os.replace(tmp, library)
+            try:
+                cpp.write_text(wrapper)
+                command = ["g++", *flags, "-include", str(SHIM), str(cpp), "-o", str(tmp)]
+                result = subprocess.run(command, capture_output=True, text=True)
+                if result.returncode != 0:
+                    raise RuntimeError(f"building the CPU emulation of {', '.join(sources)} failed:\n{result.stderr}")
+                os.replace(tmp, library)
+            finally:  # nothing left behind by a failed or interrupted build
+                cpp.unlink(missing_ok=True)
+                tmp.unlink(missing_ok=True)
         return library
 
     def __call__(self, launch: KernelLaunch) -> None:

@@ -128,7 +128,6 @@ def test_routing_kernels_equal_numpy(emulator, shape, dtype):
     np.testing.assert_allclose(routing.routing_agreement(u_hat, v, emulator, 32), np.einsum("bijd,bjd->bij", u_hat, v), **tolerance(dtype))
 
 
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 9, 3, 5), (3, 7, 10, 16), (2, 5, 2, 64)])  # (B, I, J, D)
 def test_fused_routing_forward_equals_numpy(emulator, shape, dtype):
@@ -462,8 +461,6 @@ def test_launchers_accept_non_contiguous_views(emulator):
     u = rng.standard_normal((4, 3, 2)).transpose(1, 0, 2)  # (3, 4, 2) view
     w = rng.standard_normal((4, 2, 3, 2))
     np.testing.assert_allclose(capsule.capsule_predict(u, w, emulator, 32), np.einsum("ijdk,bik->bijd", w, u), rtol=1e-12)
-
-
 
 
 @pytest.fixture(scope="module")

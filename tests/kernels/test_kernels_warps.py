@@ -2,6 +2,7 @@
 and __syncwarp with their masks checked; float4/double2 with an alignment check; dynamic shared
 memory of the launch's size; CUDA's launch limits; two blocks at a time; a max_blocks cap.
 Each planted bug here must be caught (in a subprocess where a sanitizer or a crash is expected)."""
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,6 @@ from tinygrad_caps.kernels.checking.emulation import EmulationError, Emulator, s
 from tinygrad_caps.kernels.launch import KernelLaunch, LaunchError
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU emulation needs g++")
-
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +174,18 @@ def test_address_sanitizer_sees_shared_memory_past_the_launch_size(kernel_dir):
     result = run_in_subprocess("address", kernel_dir, "dynamic_shared", (1,), (32,),
                                "(np.arange(8, dtype=np.float32), np.int32(-8))", shared=8 * 4)
     assert result.returncode != 0 and "heap-buffer-overflow" in result.stderr, result.stderr[-2000:]
+
+
+def test_builds_are_keyed_by_the_sources_text_not_their_folder(kernel_dir, tmp_path):
+    """Two folders with the same kernels share one build; a changed source gets a build of its own."""
+    (tmp_path / "same").mkdir()
+    same = write_planted_kernels(tmp_path / "same")
+    built = Emulator(source_dir=kernel_dir)._build()
+    assert Emulator(source_dir=same)._build() == built
+    (tmp_path / "changed").mkdir()
+    changed = write_planted_kernels(tmp_path / "changed")
+    (changed / "skips_last.cu").write_text((changed / "skips_last.cu").read_text() + "\n// changed\n")
+    other = Emulator(source_dir=changed)._build()
+    assert other != built and other.exists()
+    # (this process's own temporary files: another worker may be building beside it)
+    assert not list(other.parent.glob(f"*.{os.getpid()}.tmp")) + list(other.parent.glob(f"wrapper-*.{os.getpid()}.cpp"))
