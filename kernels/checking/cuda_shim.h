@@ -1,7 +1,7 @@
 // CPU emulation of the CUDA features our kernels use, so the same .cu source runs under g++.
 //
-// Every CUDA thread is one std::thread, or, when EMU_FIBERS is defined (builds without a
-// sanitizer), one fiber (a stack of its own) on the slot's OS thread: a block's fibers run
+// Every CUDA thread is one OS thread (kept for later blocks: see Crew), or, when EMU_FIBERS is
+// defined (builds without a sanitizer), one fiber (a stack of its own) on the slot's OS thread: a block's fibers run
 // round-robin and one that must wait (at __syncthreads or a warp intrinsic) yields to the next. Fibers follow the
 // same rules through the same code as threads, run far faster (no OS thread per CUDA thread, no
 // kernel round trip at each wait), and turn a block
@@ -48,6 +48,9 @@
 #ifdef EMU_FIBERS
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
+#else
+#include <semaphore.h>
 #include <unistd.h>
 #endif
 
@@ -419,7 +422,7 @@ int run_block_as_fibers(Body& body, Fiber* fibers, unsigned threads, uint3 b, di
             fail(deadlock, "deadlock in block %u: %u live threads wait forever (%u at __syncthreads, %u at a warp "
                  "intrinsic; thread %u at %s)", b.x + grid.x * (b.y + grid.y * b.z), live, at_barrier, live - at_barrier,
                  first, fibers[first].waiting_at);
-            code = 1;  // the waiting fibers are abandoned: their stacks are unmapped with the launch's
+            code = 1;  // the waiting fibers are abandoned: the next launch lays their stacks out afresh
             break;
         }
     }
@@ -427,12 +430,12 @@ int run_block_as_fibers(Body& body, Fiber* fibers, unsigned threads, uint3 b, di
     return code;
 }
 
-// One stack per thread of a block, reused by every block of a launch, with a PROT_NONE page below
-// each so that an overflow stops the process; unmapped when the launch ends.
+// One stack per thread of a block, reused by every block of a launch (and by later launches: see
+// kept_stacks), with a PROT_NONE page below each so that an overflow stops the process.
 class FiberStacks {
   public:
     explicit FiberStacks(unsigned count)
-        : page_((size_t)sysconf(_SC_PAGESIZE)), bytes_((fiber_stack_bytes + page_) * count),
+        : page_((size_t)sysconf(_SC_PAGESIZE)), bytes_((fiber_stack_bytes + page_) * count), count_(count),
           fibers_(std::make_unique<Fiber[]>(count))
     {
         region_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -450,27 +453,97 @@ class FiberStacks {
     FiberStacks(const FiberStacks&) = delete;
     FiberStacks& operator=(const FiberStacks&) = delete;
     bool mapped() const { return region_ != MAP_FAILED; }
+    unsigned count() const { return count_; }
     Fiber* fibers() { return fibers_.get(); }
 
   private:
     size_t page_, bytes_;
+    unsigned count_ = 0;
     void* region_ = MAP_FAILED;
     std::unique_ptr<Fiber[]> fibers_;
 };
+
+// The stacks of the largest block this slot has run, kept for its next launches (each slot has a
+// copy of the library of its own, so this is the slot's): mapping a stack for every thread and
+// faulting its first pages in again at every launch took a third of an emulated training step.
+// A launch that finds them in use (two host threads launching on one slot) maps its own.
+inline std::mutex kept_stacks_mutex;
+inline std::unique_ptr<FiberStacks> kept_stacks;
 #else
-// Runs one block's threads as OS threads until all return; 0 (a deadlock hangs here).
+// The OS threads that run the CUDA threads of a slot's blocks, kept from block to block and from
+// launch to launch: an OS thread started and ended per CUDA thread was most of a sanitized check's
+// time (ThreadSanitizer maps and releases memory for each). Every worker has a start and a done
+// semaphore of its own and shares no lock with the others, so nothing orders the threads of a
+// block but what the kernel does (barriers, warp intrinsics): ThreadSanitizer sees them as
+// unordered, as it did with a thread per CUDA thread. The workers are never stopped (they wait at
+// their semaphore until the process ends); a forked child starts its own.
+class Crew {
+  public:
+    using Work = void (*)(void* job, unsigned thread);
+
+    // Runs work(job, t) for t in [0, count) on count threads at once; returns when all have returned.
+    void run(unsigned count, Work work, void* job)
+    {
+        std::lock_guard<std::mutex> one_launch_at_a_time(mutex_);
+        if (owner_ != getpid()) {  // after a fork the workers are the parent's: leave them
+            workers_.clear();
+            owner_ = getpid();
+        }
+        while (workers_.size() < count) workers_.push_back(new Worker());  // never freed: see above
+        for (unsigned t = 0; t < count; ++t) {
+            Worker& w = *workers_[t];
+            w.work = work;
+            w.job = job;
+            w.thread_index = t;
+            sem_post(&w.start);
+        }
+        for (unsigned t = 0; t < count; ++t)
+            while (sem_wait(&workers_[t]->done) != 0) {
+            }
+    }
+
+  private:
+    struct Worker {
+        sem_t start, done;
+        Work work = nullptr;
+        void* job = nullptr;
+        unsigned thread_index = 0;
+        Worker()
+        {
+            sem_init(&start, 0, 0);
+            sem_init(&done, 0, 0);
+            std::thread([this] {
+                for (;;) {
+                    while (sem_wait(&start) != 0) {
+                    }
+                    work(job, thread_index);
+                    sem_post(&done);
+                }
+            }).detach();
+        }
+    };
+    std::mutex mutex_;
+    pid_t owner_ = 0;
+    std::vector<Worker*> workers_;
+};
+inline Crew crew;
+
+// Runs one block's threads as OS threads (the slot's crew) until all return; 0 (a deadlock hangs here).
 template <class Body>
 int run_block_as_threads(Body& body, unsigned threads, uint3 b, dim3 grid, dim3 blockdim, Block& state)
 {
-    std::vector<std::thread> running;
-    running.reserve(threads);
-    for (unsigned t = 0; t < threads; ++t)
-        running.emplace_back([=, &state, &body] {
-            enter_thread(t, b, grid, blockdim, &state);
-            body();
-            exit_thread();
-        });
-    for (auto& thread : running) thread.join();
+    struct Job {
+        Body* body;
+        uint3 b;
+        dim3 grid, blockdim;
+        Block* state;
+    } job{&body, b, grid, blockdim, &state};
+    crew.run(threads, [](void* p, unsigned t) {
+        Job& j = *static_cast<Job*>(p);
+        enter_thread(t, j.b, j.grid, j.blockdim, j.state);
+        (*j.body)();
+        exit_thread();
+    }, &job);
     return 0;
 }
 #endif
@@ -485,8 +558,20 @@ int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsig
     const unsigned warps = (threads_per_block + warp_size - 1) / warp_size;
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
 #ifdef EMU_FIBERS
-    FiberStacks stacks(threads_per_block);
-    if (!stacks.mapped()) {
+    std::unique_lock<std::mutex> keeping(kept_stacks_mutex, std::try_to_lock);
+    std::unique_ptr<FiberStacks> own;
+    FiberStacks* stacks;
+    if (keeping.owns_lock()) {
+        if (!kept_stacks || !kept_stacks->mapped() || kept_stacks->count() < threads_per_block) {
+            kept_stacks.reset();  // unmapped before the larger one is mapped
+            kept_stacks = std::make_unique<FiberStacks>(threads_per_block);
+        }
+        stacks = kept_stacks.get();
+    } else {
+        own = std::make_unique<FiberStacks>(threads_per_block);
+        stacks = own.get();
+    }
+    if (!stacks->mapped()) {
         fail(no_memory, "cannot map %u fiber stacks", threads_per_block);
         return 1;
     }
@@ -499,7 +584,7 @@ int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsig
         for (unsigned t = 0; t < threads_per_block; ++t) state.warps[t / warp_size].existing |= 1u << (t % warp_size);
         for (unsigned v = 0; v < warps; ++v) state.warps[v].alive = state.warps[v].existing;
 #ifdef EMU_FIBERS
-        const int code = run_block_as_fibers(body, stacks.fibers(), threads_per_block, b, grid, blockdim, state);
+        const int code = run_block_as_fibers(body, stacks->fibers(), threads_per_block, b, grid, blockdim, state);
 #else
         const int code = run_block_as_threads(body, threads_per_block, b, grid, blockdim, state);
 #endif

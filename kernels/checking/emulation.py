@@ -27,6 +27,7 @@ with the runtime preloaded and checks every kernel on small shapes.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import ctypes
 import fcntl
 import hashlib
@@ -36,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -158,7 +158,15 @@ class Emulator:
         self.build_dir = Path(build_dir or os.environ.get("TINYGRAD_CAPS_EMULATION_DIR")
                               or Path(tempfile.gettempdir()) / "tinygrad-caps-emulation")
         self._libraries = []
+        self._threads = None  # (process id, executor) for slots 1 and up; a forked child makes its own
         self.launches = []  # (kernel, grid, block, shared_mem) of every launch, for tests
+
+    def _slot_threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._threads is None or self._threads[0] != os.getpid():
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(self.slots - 1, 1),
+                                                         thread_name_prefix="emulation-slot")
+            self._threads = (os.getpid(), pool)
+        return self._threads[1]
 
     def libraries(self):
         """Build (once, cached by source hash) and load one copy of the kernel library per slot."""
@@ -240,11 +248,14 @@ class Emulator:
 
         for library in libraries:
             library.emu_clear_error()
-        threads = [threading.Thread(target=run_slot, args=(slot,)) for slot in range(slots)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        # slot 0 on this thread, the others on the runner's own threads (ctypes lets go of the GIL
+        # for the call): a thread started and joined per slot and launch cost more than small launches
+        others = [self._slot_threads().submit(run_slot, slot) for slot in range(1, slots)]
+        try:
+            run_slot(0)
+        finally:
+            for other in others:
+                other.result()
         self.launches.append((launch.kernel, grid, block, launch.shared_mem))
         if None in codes:
             raise EmulationError(f"{launch.kernel}: a block slot did not finish")

@@ -160,6 +160,11 @@ FIGURES: dict = {}
 _BUILTIN: set = set()  # the names of the figures below: never replaced or forgotten
 
 
+def is_builtin_figure(name: str) -> bool:
+    """Whether ``name`` is one of the figures defined here (not one registered at run time)."""
+    return name in _BUILTIN
+
+
 def register_figure(figure: Figure, *, replace: bool = False) -> Figure:
     """Add a statistic to ``FIGURES`` (last in their order); ValueError for a name taken, unless
     ``replace`` (a built-in figure is never replaced). Returns ``figure``."""

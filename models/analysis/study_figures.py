@@ -27,7 +27,10 @@ reach beyond it); where it is clipped, a triangle marks the clipped end and the 
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import struct
 import textwrap
 
 import numpy as np
@@ -47,18 +50,69 @@ FONTS = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fo
          "xtick.labelsize": 10, "ytick.labelsize": 10}
 
 
-def plot_study_summary(summary: dict, path) -> bool:
+DIGEST_KEY = "tinygrad-caps summary digest"  # the PNG text field that holds summary_picture_digest
+# the code that draws a summary: a change to any of them draws the picture again
+_DRAWING_CODE = ("study_figures.py", "figures.py", "figure_style.py", "plots.py")
+
+
+def plot_study_summary(summary: dict, path, digest: str | None = None) -> bool:
     """A study summary's picture (``path`` a file name or a binary file object, PNG): the mean test
     accuracy of every configuration with its 95% interval and its seeds' values, the mean learning
-    curves, and the gradient-flow figures over training where the study logs them. False (nothing
-    drawn) without matplotlib."""
+    curves, and the gradient-flow figures over training where the study logs them. ``digest``
+    (``summary_picture_digest``) is kept in the PNG's text field DIGEST_KEY. False (nothing drawn)
+    without matplotlib."""
     plt = pyplot()
     if plt is None:
         return False
     fig = study_summary_figure(summary)
-    fig.savefig(path, format="png", dpi=100, metadata={"Software": None})
+    metadata = {"Software": None, **({DIGEST_KEY: digest} if digest else {})}
+    fig.savefig(path, format="png", dpi=100, metadata=metadata)
     plt.close(fig)
     return True
+
+
+def summary_picture_digest(summary: dict) -> str | None:
+    """A digest of everything ``plot_study_summary`` draws ``summary`` from: the summary, the
+    drawing code's text and matplotlib's version (without importing it); None where that is not
+    all (a figure registered at run time, whose drawing is not in our files) or matplotlib is
+    missing. A picture that holds the digest of the summary at hand is that summary's picture."""
+    from importlib import metadata
+    from pathlib import Path
+
+    from .figures import is_builtin_figure
+
+    if not all(is_builtin_figure(name) for name in summary.get("figures", ())):
+        return None
+    try:
+        version = metadata.version("matplotlib")
+    except metadata.PackageNotFoundError:
+        return None
+    digest = hashlib.sha256(json.dumps(summary, sort_keys=True, default=repr).encode())
+    digest.update(version.encode())
+    here = Path(__file__).resolve().parent
+    for name in _DRAWING_CODE:
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()
+
+
+def png_text(data: bytes) -> dict:
+    """The text fields (tEXt chunks) of PNG ``data`` as {keyword: text}; {} for data that is not a
+    whole PNG (a damaged picture holds no digest, so it is drawn again)."""
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return {}
+    fields, at = {}, 8
+    while at + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        body = data[at + 8:at + 8 + length]
+        if len(body) < length or len(data) < at + 12 + length:
+            return {}
+        if kind == b"tEXt" and b"\0" in body:
+            keyword, text = body.split(b"\0", 1)
+            fields[keyword.decode("latin-1")] = text.decode("latin-1")
+        if kind == b"IEND":
+            return fields
+        at += 12 + length
+    return {}
 
 
 def study_summary_figure(summary: dict):

@@ -253,3 +253,29 @@ def test_a_study_folder_summary_png_keeps_its_ranges_floors_and_marks(tmp_path):
     assert floor == pytest.approx(1e-2, rel=1e-12)  # a decade below the smallest positive T (0.1)
     assert panel(fig, "inner iterations").get_ylim() == pytest.approx((0.0, 1.0), abs=TOL)
     assert_floor_where_its_legend_says(panel(fig, "1 - cos"))
+
+
+def test_a_study_run_keeps_the_picture_of_an_unchanged_summary_and_draws_a_changed_one(tmp_path, monkeypatch):
+    """``study run`` (redraw=False) does not draw summary.png again where it holds the digest of the
+    summary at hand (a resume with nothing to do, a job-script loop's calls between two finished
+    runs); a changed summary, a damaged or foreign picture, and ``study summary`` draw it."""
+    from tinygrad_caps.models.analysis import study_figures
+    from tinygrad_caps.models.app.studies import summary as summary_module
+
+    drawn = []
+    draw = study_figures.plot_study_summary
+    monkeypatch.setattr(summary_module, "plot_study_summary", lambda *a: drawn.append(1) or draw(*a))
+    write_study(tmp_path)
+    figures = ["t_score"]
+    picture = tmp_path / "summary.png"
+    assert str(picture) in write_summary(tmp_path, figures, redraw=False)["written"] and len(drawn) == 1
+    digest = study_figures.png_text(picture.read_bytes())[study_figures.DIGEST_KEY]
+    assert digest == study_figures.summary_picture_digest(summarize(tmp_path, figures))
+    assert str(picture) in write_summary(tmp_path, figures, redraw=False)["unchanged"] and len(drawn) == 1
+    assert str(picture) in write_summary(tmp_path, figures)["unchanged"] and len(drawn) == 2  # study summary draws
+    metrics = tmp_path / "runs" / "dynamic" / "seed-0" / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(metrics_line(e, 0.5)) + "\n" for e in (1, 2)))  # no longer at chance
+    assert str(picture) in write_summary(tmp_path, figures, redraw=False)["written"] and len(drawn) == 3
+    picture.write_bytes(picture.read_bytes()[:-20])  # damaged: its digest no longer counts
+    assert study_figures.png_text(picture.read_bytes()) == {}
+    assert str(picture) in write_summary(tmp_path, figures, redraw=False)["written"] and len(drawn) == 4

@@ -3,6 +3,7 @@ network), and the batch iterator's seeding and augmentation."""
 import gzip
 import hashlib
 import io
+import os
 import urllib.request
 
 import numpy as np
@@ -54,6 +55,39 @@ def test_idx_validation_names_the_file_and_the_problem(tmp_path):
             read_idx(tmp_path / name)
         with pytest.raises(ValueError, match=name):
             read_idx(tmp_path / name)
+
+
+def test_a_large_compressed_file_read_again_is_decoded_once_and_a_changed_one_again(tmp_path, monkeypatch):
+    """Fashion-MNIST-sized files are decoded once per process (a study's runs in one process read
+    them again and again): the same bytes give an equal array of the caller's own; bytes changed in
+    place, within the same timestamp tick and at the same size, are decoded again."""
+    from tinygrad_caps.data import idx
+
+    decoded = []
+    monkeypatch.setattr(idx, "_decoded", {})
+    read_capped = idx._read_capped
+    monkeypatch.setattr(idx, "_read_capped", lambda *a, **k: decoded.append(1) or read_capped(*a, **k))
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, 256, (2, idx.CACHED_BYTES // 2 + 100), dtype=np.uint8)  # incompressible: over the size
+    path = tmp_path / "big.gz"
+    write_idx(path, first, compress=True)
+    assert path.stat().st_size >= idx.CACHED_BYTES
+    a = read_idx(path)
+    a[0, 0] ^= 0xFF  # the caller's own copy
+    b = read_idx(path)
+    np.testing.assert_array_equal(b, first)
+    assert len(decoded) == 1
+    second = first.copy()
+    second[1, -1] ^= 1
+    stat = path.stat()
+    write_idx(path, second, compress=True)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # as if in the same tick
+    np.testing.assert_array_equal(read_idx(path), second)
+    assert len(decoded) == 2
+    small = tmp_path / "small.gz"
+    write_idx(small, first[:, :1000], compress=True)
+    read_idx(small), read_idx(small)
+    assert len(decoded) == 4  # small files are not kept
 
 
 def test_mnist_code_path_reads_small_idx_files_from_data_dir(tmp_path):

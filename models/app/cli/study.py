@@ -132,11 +132,12 @@ def export_study_tensorboard(out, folder) -> list:
     return written
 
 
-def report_summary(out, tensorboard_out=None) -> None:
+def report_summary(out, tensorboard_out=None, redraw: bool = True) -> None:
     """Write and print the study's summary and one line per summary file: ``written: PATH``, or
     ``unchanged: PATH`` where it held the summary already, or ``not drawn: PATH (why; how to get
-    it)``; with ``tensorboard_out``, export its runs there too."""
-    summary = write_summary(out)
+    it)``; with ``tensorboard_out``, export its runs there too. ``redraw=False`` (a study run):
+    a summary.png drawn from this summary is kept without drawing it again."""
+    summary = write_summary(out, redraw=redraw)
     print(summary_markdown(summary), end="")
     for path in summary["written"]:
         print(f"written: {path}")
@@ -218,7 +219,7 @@ def run_study(args) -> int:
         result = drive_runs(plan, folder, executor, deadline=deadline, show_progress=show_progress,
                             max_retries=placement.max_retries if executor.retries_runs else 0,
                             resume_command=resume_command)
-        report_summary(folder, plan.tensorboard_out)
+        report_summary(folder, plan.tensorboard_out, redraw=False)
     if result.stopped:
         print(f"stopped after {plural(args.max_minutes, 'minute')} with {result.finished} of "
               f"{plural(result.total, 'run')} finished; continue with: {resume_command}")

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ...analysis.confidence import mean_and_spread, paired_difference, welch_difference
 from ...analysis.figures import line_values
-from ...analysis.study_figures import plot_study_summary
+from ...analysis.study_figures import DIGEST_KEY, plot_study_summary, png_text, summary_picture_digest
 from ...errors import UsageError
 from ..training.reporting import plural
 from ..training.run_logs import read_json_lines, read_metrics
@@ -286,11 +286,13 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out, figures=None) -> dict:
+def write_summary(out, figures=None, redraw: bool = True) -> dict:
     """Write DIR/summary.json, summary.md and (with matplotlib) summary.png where they change;
     returns the summary with "written": the files written, "unchanged": those that held it already,
     and "not_drawn": the pictures not drawn, each with why and how to get it (without matplotlib).
-    ``out``: the study folder (a StudyFolder or its path)."""
+    ``out``: the study folder (a StudyFolder or its path). ``redraw=False`` (``study run``) keeps a
+    summary.png drawn from this summary by this code and matplotlib version (its digest, see
+    ``summary_picture_digest``) without drawing it again; ``study summary`` draws it."""
     folder = StudyFolder.of(out)
     summary = summarize(folder, figures)
     texts = {folder.summary_json: summary_json(summary, folder.summary_json),
@@ -298,8 +300,13 @@ def write_summary(out, figures=None) -> dict:
     written, unchanged = [], []
     for path, text in texts.items():
         (written if write_if_changed(path, text) else unchanged).append(path)
+    digest = summary_picture_digest(summary)
+    if not redraw and digest is not None and folder.summary_png.is_file() and \
+            png_text(folder.summary_png.read_bytes()).get(DIGEST_KEY) == digest:
+        unchanged.append(folder.summary_png)
+        return dict(summary, written=[str(p) for p in written], unchanged=[str(p) for p in unchanged], not_drawn=[])
     picture, not_drawn = io.BytesIO(), []
-    if not plot_study_summary(summary, picture):
+    if not plot_study_summary(summary, picture, digest):
         not_drawn.append(f"{folder.summary_png} (it needs matplotlib: {MATPLOTLIB_HINT})")
     else:
         data, path = picture.getvalue(), folder.summary_png
