@@ -1,12 +1,13 @@
 // CPU emulation of the CUDA features our kernels use, so the same .cu source runs under g++.
 //
-// Every CUDA thread is one OS thread (kept for later blocks: see Crew), or, when EMU_FIBERS is
-// defined (builds without a sanitizer), one fiber (a stack of its own) on the slot's OS thread: a block's fibers run
+// Every CUDA thread is one OS thread (kept for later blocks: see Crew) or one fiber (a stack of its
+// own) on the slot's OS thread, as each launch's mode says; builds with EMU_FIBERS (those without a
+// sanitizer) have both, and both fiber switches (see switch_context). A block's fibers run
 // round-robin and one that must wait (at __syncthreads or a warp intrinsic) yields to the next. Fibers follow the
 // same rules through the same code as threads, run far faster (no OS thread per CUDA thread, no
 // kernel round trip at each wait), and turn a block
 // whose threads all wait forever into a reported deadlock instead of a hang. ThreadSanitizer needs
-// OS threads to see races, so sanitized builds use them.
+// OS threads to see races, so sanitized builds have only them.
 //
 // A block's threads meet at __syncthreads() on a barrier; a thread that returns drops out of it.
 // Threads are grouped into warps of 32 lanes (by linear thread index, as CUDA does); the warp
@@ -44,14 +45,13 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <optional>
 #include <vector>
+#include <semaphore.h>
+#include <unistd.h>
 #ifdef EMU_FIBERS
 #include <sys/mman.h>
 #include <ucontext.h>
-#include <unistd.h>
-#else
-#include <semaphore.h>
-#include <unistd.h>
 #endif
 
 #define EMULATED_DYNAMIC_SHARED_MEMORY 1
@@ -76,8 +76,10 @@ constexpr unsigned warp_size = 32;
 // A fiber's saved machine state, and the switch between two of them. On x86-64 a switch saves the
 // callee-saved registers, MXCSR and the x87 control word on the old stack and swaps stack pointers:
 // no system call (ucontext's swapcontext saves the signal mask with one, which made it the
-// emulation's main cost). Elsewhere, or with EMU_UCONTEXT (to test that path), ucontext does it.
-#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
+// emulation's main cost). Elsewhere ucontext does it; on x86-64 a launch may choose ucontext too
+// (use_ucontext, from the launch's mode), so that x86-64 machines test what other machines run.
+#if defined(__x86_64__)
+#define EMU_STACK_SWITCH 1
 extern "C" void emu_switch_context(void** save_sp, void* load_sp);
 asm(R"(
     .text
@@ -108,45 +110,59 @@ emu_switch_context:
     ret
     .size emu_switch_context, .-emu_switch_context
 )");
+#endif
 
-struct Context {
-    void* sp = nullptr;
-};
-
-inline void switch_context(Context& from, const Context& to) { emu_switch_context(&from.sp, to.sp); }
-
-// Lays out a new stack as emu_switch_context leaves a suspended one, so that switching to it
-// "returns" into ``entry`` with the stack aligned as after a call.
-inline void make_context(Context& context, unsigned char* stack, size_t bytes, void (*entry)())
-{
-    unsigned mxcsr = 0;
-    unsigned short control = 0;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(control));
-    void** sp = (void**)(((uintptr_t)(stack + bytes)) & ~(uintptr_t)15);
-    *--sp = nullptr;          // the return address entry never uses (it switches away instead of returning)
-    *--sp = (void*)entry;     // where emu_switch_context's ret goes
-    for (int k = 0; k < 6; ++k) *--sp = nullptr;  // rbp, rbx, r12..r15
-    *--sp = (void*)((uintptr_t)mxcsr | (uintptr_t)control << 32);
-    context.sp = sp;
-}
+// Whether this thread's fibers switch with ucontext (set by launch() for its blocks).
+#ifdef EMU_STACK_SWITCH
+inline thread_local bool use_ucontext = false;
 #else
+inline thread_local bool use_ucontext = true;
+#endif
+
 struct Context {
-    ucontext_t uc;
+    void* sp = nullptr;  // (the stack switch)
+    ucontext_t uc;       // (ucontext)
 };
 
-inline void switch_context(Context& from, const Context& to) { swapcontext(&from.uc, &to.uc); }
+inline void switch_context(Context& from, const Context& to)
+{
+#ifdef EMU_STACK_SWITCH
+    if (!use_ucontext) {
+        emu_switch_context(&from.sp, to.sp);
+        return;
+    }
+#endif
+    swapcontext(&from.uc, &to.uc);
+}
 
+// Lays out a new stack as the switch leaves a suspended one, so that switching to it "returns"
+// into ``entry`` (with the stack switch: aligned as after a call).
 inline void make_context(Context& context, unsigned char* stack, size_t bytes, void (*entry)())
 {
+#ifdef EMU_STACK_SWITCH
+    if (!use_ucontext) {
+        unsigned mxcsr = 0;
+        unsigned short control = 0;
+        asm volatile("stmxcsr %0" : "=m"(mxcsr));
+        asm volatile("fnstcw %0" : "=m"(control));
+        void** sp = (void**)(((uintptr_t)(stack + bytes)) & ~(uintptr_t)15);
+        *--sp = nullptr;          // the return address entry never uses (it switches away instead of returning)
+        *--sp = (void*)entry;     // where emu_switch_context's ret goes
+        for (int k = 0; k < 6; ++k) *--sp = nullptr;  // rbp, rbx, r12..r15
+        *--sp = (void*)((uintptr_t)mxcsr | (uintptr_t)control << 32);
+        context.sp = sp;
+        return;
+    }
+#endif
     getcontext(&context.uc);
     context.uc.uc_stack.ss_sp = stack;
     context.uc.uc_stack.ss_size = bytes;
     context.uc.uc_link = nullptr;
     makecontext(&context.uc, entry, 0);
 }
-#endif
+#endif  // EMU_FIBERS
 
+#ifdef EMU_FIBERS
 // The fibers of the block a slot runs now. ``progress`` counts every change a waiting fiber may be
 // waiting for (an arrival, a completed rendezvous or barrier phase, a fiber's end): a whole round
 // in which it does not move means every live fiber re-checked its condition in vain, a deadlock.
@@ -181,22 +197,10 @@ void wait_until(const char* where, Predicate ready)
     self.waiting_at = nullptr;
 }
 
-// One OS thread runs all of a slot's fibers, so the warp's lock has nothing to exclude.
-struct Mutex {
-    void lock() {}
-    void unlock() {}
-};
-
-struct Condition {
-    void notify_all() { note_progress(); }
-    template <class Lock, class Predicate>
-    void wait(Lock&, Predicate ready) { wait_until("a warp intrinsic", ready); }
-};
-
-// std::barrier's arrive_and_wait and arrive_and_drop, for fibers.
-class Barrier {
+// The fiber barrier (std::barrier's arrive_and_wait and arrive_and_drop, for fibers).
+class FiberBarrier {
   public:
-    explicit Barrier(std::ptrdiff_t expected) : expected_(expected) {}
+    explicit FiberBarrier(std::ptrdiff_t expected) : expected_(expected) {}
     void arrive_and_wait()
     {
         const unsigned long long phase = phase_;
@@ -222,11 +226,82 @@ class Barrier {
     std::ptrdiff_t expected_, arrived_ = 0;
     unsigned long long phase_ = 0;
 };
+#endif  // EMU_FIBERS
+
+// Whether this thread runs fibers now (the slot's thread during a fiber launch): the warp's lock,
+// its condition and the block's barrier then work by yielding to the block's other fibers (one OS
+// thread runs them all, so the lock has nothing to exclude); on OS threads they are the standard ones.
+inline bool on_fibers()
+{
+#ifdef EMU_FIBERS
+    return scheduler != nullptr;
 #else
-using Mutex = std::mutex;
-using Condition = std::condition_variable;
-using Barrier = std::barrier<>;
+    return false;
 #endif
+}
+
+struct Mutex {
+    std::mutex os;
+    void lock()
+    {
+        if (!on_fibers()) os.lock();
+    }
+    void unlock()
+    {
+        if (!on_fibers()) os.unlock();
+    }
+};
+
+struct Condition {
+    std::condition_variable_any os;
+    void notify_all()
+    {
+#ifdef EMU_FIBERS
+        if (on_fibers()) return note_progress();
+#endif
+        os.notify_all();
+    }
+    template <class Lock, class Predicate>
+    void wait(Lock& lock, Predicate ready)
+    {
+#ifdef EMU_FIBERS
+        if (on_fibers()) return wait_until("a warp intrinsic", ready);
+#endif
+        os.wait(lock, ready);
+    }
+};
+
+// __syncthreads' barrier: std::barrier for a block on OS threads, else the fiber barrier.
+class Barrier {
+  public:
+    Barrier(std::ptrdiff_t expected, bool os_threads)
+#ifdef EMU_FIBERS
+        : fibers_(expected)
+#endif
+    {
+        if (os_threads) os_.emplace(expected);
+    }
+    void arrive_and_wait()
+    {
+#ifdef EMU_FIBERS
+        if (!os_) return fibers_.arrive_and_wait();
+#endif
+        os_->arrive_and_wait();
+    }
+    void arrive_and_drop()
+    {
+#ifdef EMU_FIBERS
+        if (!os_) return fibers_.arrive_and_drop();
+#endif
+        os_->arrive_and_drop();
+    }
+
+  private:
+    std::optional<std::barrier<>> os_;
+#ifdef EMU_FIBERS
+    FiberBarrier fibers_;
+#endif
+};
 
 struct Warp {
     Mutex mutex;
@@ -258,7 +333,7 @@ inline std::mutex error_mutex;
 inline std::vector<std::pair<int, std::string>> errors;
 inline std::string error_report;
 
-enum ErrorKind { excluded_self, absent_lanes, diverged, mixed_masks, absent_source, deadlock, no_memory };
+enum ErrorKind { excluded_self, absent_lanes, diverged, mixed_masks, absent_source, deadlock, no_memory, no_fibers };
 
 inline void fail(int kind, const char* format, ...)
 {
@@ -469,7 +544,8 @@ class FiberStacks {
 // A launch that finds them in use (two host threads launching on one slot) maps its own.
 inline std::mutex kept_stacks_mutex;
 inline std::unique_ptr<FiberStacks> kept_stacks;
-#else
+#endif  // EMU_FIBERS
+
 // The OS threads that run the CUDA threads of a slot's blocks, kept from block to block and from
 // launch to launch: an OS thread started and ended per CUDA thread was most of a sanitized check's
 // time (ThreadSanitizer maps and releases memory for each). Every worker has a start and a done
@@ -546,45 +622,60 @@ int run_block_as_threads(Body& body, unsigned threads, uint3 b, dim3 grid, dim3 
     }, &job);
     return 0;
 }
-#endif
+
+constexpr unsigned mode_os_threads = 1;  // launch modes (bits): each CUDA thread an OS thread, else a fiber
+constexpr unsigned mode_ucontext = 2;    // fibers switched with ucontext
 
 // Runs the blocks k = slot, slot + slots, ... of a grid, one after another, each as
-// block.x*block.y*block.z threads (OS threads, or fibers under EMU_FIBERS). Returns 0, or 1 after
-// a recorded error (see emu_last_error).
+// block.x*block.y*block.z threads: OS threads (the slot's crew) where ``mode`` has mode_os_threads,
+// else fibers (builds with EMU_FIBERS: those without a sanitizer), switched with ucontext where it
+// has mode_ucontext. Returns 0, or 1 after a recorded error (see emu_last_error).
 template <class Body>
-int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsigned slots, Body body)
+int launch(dim3 grid, dim3 blockdim, unsigned shared_bytes, unsigned slot, unsigned slots, unsigned mode, Body body)
 {
     const unsigned threads_per_block = blockdim.x * blockdim.y * blockdim.z;
     const unsigned warps = (threads_per_block + warp_size - 1) / warp_size;
     const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+    const bool os_threads = mode & mode_os_threads;
 #ifdef EMU_FIBERS
-    std::unique_lock<std::mutex> keeping(kept_stacks_mutex, std::try_to_lock);
+    std::unique_lock<std::mutex> keeping(kept_stacks_mutex, std::defer_lock);
     std::unique_ptr<FiberStacks> own;
-    FiberStacks* stacks;
-    if (keeping.owns_lock()) {
-        if (!kept_stacks || !kept_stacks->mapped() || kept_stacks->count() < threads_per_block) {
-            kept_stacks.reset();  // unmapped before the larger one is mapped
-            kept_stacks = std::make_unique<FiberStacks>(threads_per_block);
+    FiberStacks* stacks = nullptr;
+    if (!os_threads) {
+#ifdef EMU_STACK_SWITCH
+        use_ucontext = mode & mode_ucontext;
+#endif
+        if (keeping.try_lock()) {
+            if (!kept_stacks || !kept_stacks->mapped() || kept_stacks->count() < threads_per_block) {
+                kept_stacks.reset();  // unmapped before the larger one is mapped
+                kept_stacks = std::make_unique<FiberStacks>(threads_per_block);
+            }
+            stacks = kept_stacks.get();
+        } else {
+            own = std::make_unique<FiberStacks>(threads_per_block);
+            stacks = own.get();
         }
-        stacks = kept_stacks.get();
-    } else {
-        own = std::make_unique<FiberStacks>(threads_per_block);
-        stacks = own.get();
+        if (!stacks->mapped()) {
+            fail(no_memory, "cannot map %u fiber stacks", threads_per_block);
+            return 1;
+        }
     }
-    if (!stacks->mapped()) {
-        fail(no_memory, "cannot map %u fiber stacks", threads_per_block);
+#else
+    if (!os_threads) {
+        fail(no_fibers, "this build runs CUDA threads as OS threads only (a sanitizer's build)");
         return 1;
     }
 #endif
     for (unsigned long long k = slot; k < blocks; k += slots) {
         const uint3 b((unsigned)(k % grid.x), (unsigned)(k / grid.x % grid.y), (unsigned)(k / grid.x / grid.y));
-        Barrier barrier((std::ptrdiff_t)threads_per_block);
+        Barrier barrier((std::ptrdiff_t)threads_per_block, os_threads);
         Block state{&barrier, std::make_unique<Warp[]>(warps), (unsigned char*)std::malloc(shared_bytes)};
         if (shared_bytes) std::memset(state.dynamic_shared, 0xff, shared_bytes);
         for (unsigned t = 0; t < threads_per_block; ++t) state.warps[t / warp_size].existing |= 1u << (t % warp_size);
         for (unsigned v = 0; v < warps; ++v) state.warps[v].alive = state.warps[v].existing;
 #ifdef EMU_FIBERS
-        const int code = run_block_as_fibers(body, stacks->fibers(), threads_per_block, b, grid, blockdim, state);
+        const int code = os_threads ? run_block_as_threads(body, threads_per_block, b, grid, blockdim, state)
+                                    : run_block_as_fibers(body, stacks->fibers(), threads_per_block, b, grid, blockdim, state);
 #else
         const int code = run_block_as_threads(body, threads_per_block, b, grid, blockdim, state);
 #endif

@@ -16,6 +16,8 @@ launch, so an element the kernel never writes fails the comparison. A block whos
 forever (a ``__syncthreads`` some threads never reach while others wait at a shuffle) fails the
 launch as a deadlock under fibers; with OS threads it hangs. Use small shapes: every CUDA thread
 runs in software, and OS threads far slower than fibers (``benchmarks/emulation_speed.py`` measures both).
+One build without a sanitizer serves fibers (either switch) and OS threads: the way is chosen per
+launch; each sanitizer has a build of its own (OS threads only).
 
 Sanitizers: ``Emulator(sanitize="thread")`` builds with ThreadSanitizer (a missing
 ``__syncthreads`` or ``__syncwarp``, a racy ``+=``, or two blocks writing one element are reported
@@ -54,6 +56,7 @@ SANITIZER_RUNTIME = {"thread": "libtsan.so", "address": "libasan.so"}
 COMMON_FLAGS = ["-std=c++20", "-O1", "-g1", "-fPIC", "-shared", "-pthread", "-Wall", "-Wno-unused-function",
                 "-fno-gnu-unique", "-fvisibility=hidden", "-ftls-model=initial-exec", "-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
 SHIM = Path(__file__).resolve().parent / "cuda_shim.h"  # CUDA's names for g++, included before each .cu
+_MODE_OS_THREADS, _MODE_UCONTEXT = 1, 2  # a launch's mode bits (cuda_shim.h: mode_os_threads, mode_ucontext)
 _KERNEL_SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)')
 
 
@@ -87,7 +90,8 @@ def kernel_signatures(source: str) -> dict:
 
 def wrapper_source(sources, source_dir: Path = SOURCE_DIR) -> str:
     """C++ that includes each .cu and defines
-    ``int emu_<kernel>(gx, gy, gz, bx, by, bz, shared_bytes, slot, slots, void** args)``."""
+    ``int emu_<kernel>(gx, gy, gz, bx, by, bz, shared_bytes, slot, slots, mode, void** args)``
+    (mode: the bits of cuda_shim.h's mode_os_threads and mode_ucontext)."""
     lines = []
     for name in sources:
         lines.append(f'#include "{source_dir / name}"')
@@ -97,8 +101,8 @@ def wrapper_source(sources, source_dir: Path = SOURCE_DIR) -> str:
             lines.append(
                 f'extern "C" __attribute__((visibility("default"))) int emu_{kernel}(unsigned gx, unsigned gy, '
                 f"unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared_bytes, unsigned slot, "
-                f"unsigned slots, void** args) {{ return emu::launch(dim3(gx, gy, gz), dim3(bx, by, bz), "
-                f"shared_bytes, slot, slots, [args] {{ {kernel}({call}); }}); }}"
+                f"unsigned slots, unsigned mode, void** args) {{ return emu::launch(dim3(gx, gy, gz), "
+                f"dim3(bx, by, bz), shared_bytes, slot, slots, mode, [args] {{ {kernel}({call}); }}); }}"
             )
     return "\n".join(lines) + "\n"
 
@@ -194,14 +198,13 @@ class Emulator:
         headers = sorted(p.name for p in self.source_dir.iterdir() if p.suffix in (".h", ".cuh"))
         wrapper = wrapper_source(sources, self.source_dir)
         texts = [f"{name}\n{(self.source_dir / name).read_text()}" for name in sources + headers]
-        flags = COMMON_FLAGS + SANITIZER_FLAGS[self.sanitize] + ([] if self.os_threads else ["-DEMU_FIBERS"])
-        if not self.os_threads and self.fiber_switch == "ucontext":
-            flags.append("-DEMU_UCONTEXT")
+        # one build without a sanitizer runs fibers (either switch) and OS threads, chosen per launch
+        flags = COMMON_FLAGS + SANITIZER_FLAGS[self.sanitize] + ([] if self.sanitize else ["-DEMU_FIBERS"])
         # the wrapper without the folder's path: the generated launch functions are part of the build
         key = [SHIM.read_text(), " ".join(flags), wrapper.replace(str(self.source_dir), "")] + texts
         digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
         self.build_dir.mkdir(parents=True, exist_ok=True)
-        kind = self.sanitize or ("threads" if self.os_threads else f"fibers-{self.fiber_switch}")
+        kind = self.sanitize or "plain"
         library = self.build_dir / f"kernels-{kind}-{digest}.so"
         if library.exists():
             return library
@@ -235,16 +238,17 @@ class Emulator:
         cells = [_argument_cell(launch.kernel, arg) for arg in launch.args]
         argv = (ctypes.c_void_p * len(cells))(*[ctypes.cast(ctypes.pointer(c), ctypes.c_void_p) for c in cells])
         slots = min(self.slots, grid[0] * grid[1] * grid[2])
+        mode = (_MODE_OS_THREADS if self.os_threads else 0) | (_MODE_UCONTEXT if self.fiber_switch == "ucontext" else 0)
         codes = [None] * slots
         functions = []
         for library in libraries[:slots]:
             function = getattr(library, f"emu_{launch.kernel}")  # AttributeError: no such kernel
-            function.argtypes = [ctypes.c_uint] * 9 + [ctypes.c_void_p]
+            function.argtypes = [ctypes.c_uint] * 10 + [ctypes.c_void_p]
             function.restype = ctypes.c_int
             functions.append(function)
 
         def run_slot(slot):
-            codes[slot] = functions[slot](*grid, *block, launch.shared_mem, slot, slots, argv)
+            codes[slot] = functions[slot](*grid, *block, launch.shared_mem, slot, slots, mode, argv)
 
         for library in libraries:
             library.emu_clear_error()
