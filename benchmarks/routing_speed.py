@@ -324,7 +324,7 @@ def raw_kernels(args, bandwidth, repeat):
     u_hat = capsule.capsule_predict(u, w)
     c = cupy.full((b, i, j), 1.0 / j, cupy.float32)
     v = cupy.ones((b, j, d), cupy.float32)
-    x = cupy.asarray(np.random.default_rng(1).standard_normal((b, 256, 20, 20)), dtype=cupy.float32)
+    x = cupy.asarray(np.random.default_rng(1).standard_normal((b, args.primary_channels, 20, 20)), dtype=cupy.float32)
     col = conv.im2col(x, (9, 9), (2, 2), (0, 0), False)
     r = args.iterations
     terms = 2 * r - 1  # u_hat's gradient: one product per weighted sum and per agreement
@@ -463,6 +463,9 @@ def main():
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--in-dim", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--primary-channels", type=int, default=256,
+                        help="channels into PrimaryCaps' 9x9 convolution (20x20 each) for the im2col and col2im "
+                             "kernels (default: CapsNet's 256)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--impl", nargs="+", choices=["numpy", "cupy", "raw", "fused", "torch"], default=None,

@@ -281,10 +281,11 @@ def test_bad_scheduling_options_are_one_line_errors_with_nothing_created(
 def test_runs_on_gpus_are_placed_on_every_device_and_equal_the_runs_of_one_gpu_at_a_time(tmp_path):
     # Under the CuPy stand-in with two GPUs (tests/support/cupy_standin): real worker processes, each
     # told its GPU; the stand-in computes in NumPy, so every GPU gives the same numbers.
+    from cli_helpers import tiny_data_dir
     from standin import launch_standin
-    from study_helpers import study_data
 
-    data = study_data(tmp_path / "data")
+    # 16 training and 8 test images: two batches an epoch on the emulated GPUs
+    data = ["--dataset", "tiny", "--data-dir", str(tiny_data_dir(tmp_path / "data", (16, 8), compress=False))]
     cli_command = [sys.executable, "-m", "tinygrad_caps.models.cli"]
     # 3 runs of one epoch: the first three of the four slots below (cuda:0, cuda:0, cuda:1) take them
     shared = study_argv(tmp_path / "x", data, "--device", "cuda", "--cuda-graph", "off", "--seeds", "1",

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from helpers import (assert_metrics_close, metrics_without_times, needs_mpi, train_command, write_striped_dataset,
-                     write_tiny_data)
+from helpers import assert_metrics_close, metrics_without_times, needs_mpi, train_command, write_striped_dataset
 from paths import SUPPORT
 from standin import launch_standin, run_standin, summary
 
@@ -31,7 +30,8 @@ def test_nccl_tests_pass_on_one_and_two_stand_in_gpus():
 def test_distributed_training_on_two_stand_in_gpus_equals_one_gpu(tmp_path):
     """`train --distributed --device cuda` under mpirun -n 2 (NCCL, one stand-in GPU per rank), then
     --resume from its checkpoint for a second epoch, against one process on one GPU for two epochs."""
-    data = write_tiny_data(tmp_path / "data")
+    data = tmp_path / "data"  # 32 training and 16 test images: two steps an epoch, the ranks 8 images each
+    write_striped_dataset(data / "tiny", (32, 16), size=12, cycle_labels=True, stripe_end=9)
 
     def train(out, epochs, *extra, processes=1):
         command = train_command(data, tmp_path / out, "--epochs", str(epochs), "--device", "cuda", *extra)

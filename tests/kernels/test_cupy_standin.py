@@ -45,7 +45,7 @@ def test_routing_speed_gpu_branches_run_on_the_stand_in():
     """Everything routing_speed.py does only on a GPU (CUDA events, the pool's peak, every kernel
     replayed alone), at small sizes: a slip there would otherwise cost the first GPU run."""
     output = run_standin(["routing_speed.py", "--impl", "cupy", "raw", "fused", "--batch", "2", "--in-caps", "16",
-                          "--repeat", "1", "--warmup", "0", "--json"], cwd=ROOT / "benchmarks")
+                          "--primary-channels", "8", "--repeat", "1", "--warmup", "0", "--json"], cwd=ROOT / "benchmarks")
     result = json.loads(output)
     assert result["info"]["gpu"] == "CPU stand-in for CuPy"
     rows = {(row["impl"], row["pass"]): row for row in result["rows"]}
