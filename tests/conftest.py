@@ -44,33 +44,30 @@ os.environ.setdefault("TINYGRAD_CAPS_MALLOC_TUNING", "0")
 THREAD_VARIABLES = ("TINYGRAD_CAPS_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def cache_bytecode_outside_the_tree() -> None:
+def keep_bytecode() -> None:
     """Where ``PYTHONDONTWRITEBYTECODE`` is set (many container images set it), every process the
     suite starts would compile the package from source again, and every worker would rewrite every
-    test module's asserts again: about a second per collection of the suite and a fifth of a
-    second per Python process started (hundreds). Keep the bytecode instead, but outside the
-    source tree (``PYTHONPYCACHEPREFIX``, a folder of the temp dir), for this process and, through
-    the environment, for the workers and every process they start. A prefix already set is used;
+    test module's asserts again: about a second per collection of the suite and a fifth of a second
+    per Python process started (hundreds). The suite lets Python keep bytecode, for this process
+    and, through the environment, the workers and every process they start, where Python keeps it:
+    in ``__pycache__`` beside each source (git ignores the tree's), so the bytecode pip wrote for
+    the installed packages is used as well. (A ``PYTHONPYCACHEPREFIX`` would keep the tree clean but
+    makes Python ignore that bytecode: the first processes of a fresh environment compiled NumPy,
+    matplotlib and Ray again into it, about 5 CPU-seconds each.) A prefix the user set is used;
     ``TINYGRAD_CAPS_BYTECODE=off`` (the mutation runs: a planted bug and its original can share a
     size and an mtime second) keeps the setting as it is."""
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("TINYGRAD_CAPS_BYTECODE") == "off":
         return
-    import tempfile
-
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
-    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(Path(tempfile.gettempdir()) / f"tinygrad-caps-pycache-{uid}")
-    os.environ["PYTHONPYCACHEPREFIX"] = prefix
     del os.environ["PYTHONDONTWRITEBYTECODE"]
-    sys.pycache_prefix = prefix
     sys.dont_write_bytecode = False
 
 
 def pytest_configure(config):
     """Before any test module is imported (and, under ``pytest -n N``, before the workers start):
-    bytecode kept (``cache_bytecode_outside_the_tree``); under pytest-xdist each worker, and what it
+    bytecode kept (``keep_bytecode``); under pytest-xdist each worker, and what it
     starts, computes on its share of the cores (the engine's threads and BLAS's), so that N workers
     never run more threads than there are cores; a value already set is kept."""
-    cache_bytecode_outside_the_tree()
+    keep_bytecode()
     workers = getattr(config.option, "numprocesses", None)
     if workers and not hasattr(config, "workerinput"):
         share = str(max(1, usable_cores() // int(workers)))
