@@ -139,17 +139,20 @@ def read_idx(path) -> np.ndarray:
     in the same process with the same bytes (a study's runs in one process) is decoded once; each
     call returns an array of its own.
     """
+    def decode(stream, size_on_disk):
+        return _read_capped(stream, str(path), size_on_disk)
+
     compressed = _large_gzip_bytes(path)
     if compressed is None:
-        return _read_file(path, lambda stream, size_on_disk: _read_capped(stream, str(path), size_on_disk))
+        return _read_file(path, decode)
     key = (str(Path(path).resolve()), hashlib.sha1(compressed, usedforsecurity=False).hexdigest())
-    if key not in _decoded:
-        _decoded[key] = _read_gzip(io.BytesIO(compressed), Path(path),
-                                   lambda stream, size_on_disk: _read_capped(stream, str(path), size_on_disk))
-        while len(_decoded) > CACHED_FILES:
-            del _decoded[next(iter(_decoded))]
-    _decoded[key] = _decoded.pop(key)  # the most recently used last
-    return _decoded[key].copy()
+    array = _decoded.pop(key, None)
+    if array is None:
+        array = _read_gzip(io.BytesIO(compressed), Path(path), decode)
+    _decoded[key] = array  # the most recently used last
+    while len(_decoded) > CACHED_FILES:
+        del _decoded[next(iter(_decoded))]
+    return array.copy()
 
 
 # Decoded gzip-compressed IDX files of at least CACHED_BYTES, keyed by their path and a digest of
@@ -168,10 +171,10 @@ def _large_gzip_bytes(path):
         if not path.is_file() or path.stat().st_size < CACHED_BYTES:
             return None
         with open(path, "rb") as raw:
-            data = raw.read()
+            head = raw.read(2)
+            return head + raw.read() if head == b"\x1f\x8b" else None  # (an uncompressed file is not read twice)
     except OSError:
         return None
-    return data if data[:2] == b"\x1f\x8b" else None
 
 
 def read_idx_header(path) -> tuple:

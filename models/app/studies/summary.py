@@ -300,18 +300,15 @@ def write_summary(out, figures=None, redraw: bool = True) -> dict:
     written, unchanged = [], []
     for path, text in texts.items():
         (written if write_if_changed(path, text) else unchanged).append(path)
-    digest = summary_picture_digest(summary)
-    if not redraw and digest is not None and folder.summary_png.is_file() and \
-            png_text(folder.summary_png.read_bytes()).get(DIGEST_KEY) == digest:
-        unchanged.append(folder.summary_png)
-        return dict(summary, written=[str(p) for p in written], unchanged=[str(p) for p in unchanged], not_drawn=[])
-    picture, not_drawn = io.BytesIO(), []
-    if not plot_study_summary(summary, picture, digest):
-        not_drawn.append(f"{folder.summary_png} (it needs matplotlib: {MATPLOTLIB_HINT})")
+    digest, path, not_drawn = summary_picture_digest(summary), folder.summary_png, []
+    if not redraw and digest is not None and path.is_file() and png_text(path.read_bytes()).get(DIGEST_KEY) == digest:
+        unchanged.append(path)
     else:
-        data, path = picture.getvalue(), folder.summary_png
-        if not path.exists() or path.read_bytes() != data:
-            path.write_bytes(data)
+        picture = io.BytesIO()
+        if not plot_study_summary(summary, picture, digest):
+            not_drawn.append(f"{path} (it needs matplotlib: {MATPLOTLIB_HINT})")
+        elif not path.exists() or path.read_bytes() != picture.getvalue():
+            path.write_bytes(picture.getvalue())
             written.append(path)
         else:
             unchanged.append(path)
