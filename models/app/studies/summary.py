@@ -38,6 +38,8 @@ import json
 import math
 from pathlib import Path
 
+from tinygrad_caps.serialization import write_atomically
+
 from ...analysis.confidence import mean_and_spread, paired_difference, welch_difference
 from ...analysis.figures import line_values
 from ...analysis.study_figures import DIGEST_KEY, plot_study_summary, png_text, summary_picture_digest
@@ -308,7 +310,8 @@ def write_summary(out, figures=None, redraw: bool = True) -> dict:
         if not plot_study_summary(summary, picture, digest):
             not_drawn.append(f"{path} (it needs matplotlib: {MATPLOTLIB_HINT})")
         elif not path.exists() or path.read_bytes() != picture.getvalue():
-            path.write_bytes(picture.getvalue())
+            # whole or not at all: a kill while writing leaves the old picture, never half a new one
+            write_atomically(path, lambda f: f.write(picture.getvalue()), usual_permissions=True)
             written.append(path)
         else:
             unchanged.append(path)
