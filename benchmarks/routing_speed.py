@@ -40,6 +40,7 @@ import numpy as np
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
 from tinygrad_caps import kernels
+from tinygrad_caps.models.app.cli.model_options import positive_int
 from _timing import say_pytorch_missing
 
 try:
@@ -457,16 +458,16 @@ def check_agreement(impls, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--in-caps", type=int, default=1152)
-    parser.add_argument("--out-caps", type=int, default=10)
-    parser.add_argument("--dim", type=int, default=16)
-    parser.add_argument("--in-dim", type=int, default=8)
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--primary-channels", type=int, default=256,
+    parser.add_argument("--batch", type=positive_int, default=100)
+    parser.add_argument("--in-caps", type=positive_int, default=1152)
+    parser.add_argument("--out-caps", type=positive_int, default=10)
+    parser.add_argument("--dim", type=positive_int, default=16)
+    parser.add_argument("--in-dim", type=positive_int, default=8)
+    parser.add_argument("--iterations", type=positive_int, default=3)
+    parser.add_argument("--primary-channels", type=positive_int, default=256,
                         help="channels into PrimaryCaps' 9x9 convolution (20x20 each) for the im2col and col2im "
                              "kernels (default: CapsNet's 256)")
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=positive_int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--impl", nargs="+", choices=["numpy", "cupy", "raw", "fused", "torch"], default=None,
                         help="default: cupy raw fused torch with a GPU, numpy torch without")

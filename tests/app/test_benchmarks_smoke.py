@@ -28,6 +28,14 @@ def run_benchmark(*args):
     return last_json(done.stdout)
 
 
+@pytest.mark.parametrize("option, value", [("--primary-channels", "0"), ("--batch", "-1"), ("--in-caps", "x")])
+def test_routing_speed_refuses_a_size_below_1_naming_the_option(option, value):
+    done = subprocess.run([sys.executable, "routing_speed.py", option, value], cwd=BENCHMARKS, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1].startswith(f"routing_speed.py: error: argument {option}: ")
+
+
 def test_routing_speed_reports_every_implementation_and_pass():
     impls = ["numpy"] + (["torch"] if HAS_TORCH else [])
     result = run_benchmark("routing_speed.py", "--impl", *impls, "--batch", "2", "--in-caps", "16", "--repeat", "2",
