@@ -22,6 +22,7 @@ from tinygrad_caps.models.app.training import threads, trainer as training
 from tinygrad_caps.models.app.training.run_options import train_may_change_on_resume
 
 from cli_helpers import one_line_error, train
+from helpers import with_default_sigint
 from study_helpers import leftovers, study_argv, study_files
 
 
@@ -203,7 +204,8 @@ def test_a_study_stopped_with_ctrl_c_and_continued_by_the_printed_command_alone_
     env = dict(os.environ, TINYGRAD_CAPS_TEST_CRASH="optimizer-step@2:STOP")
     driver = subprocess.Popen([sys.executable, "-m", "tinygrad_caps.models.cli",
                                *study_argv(out, data_options, "--jobs", "2", "--threads-per-run", "1")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              preexec_fn=with_default_sigint)
     try:
         locks = lambda: list((out / "runs").glob("*/seed-*/run.lock"))  # noqa: E731
         _wait_for(lambda: driver.poll() is not None or (len(locks()) == 2 and all(map(_stopped, map(_pid, locks())))))

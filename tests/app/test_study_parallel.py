@@ -17,6 +17,7 @@ import pytest
 
 import tinygrad_caps as tc
 from cli_helpers import TINY, one_line_error
+from helpers import with_default_sigint
 from study_helpers import leftovers, study_argv, study_files
 from tinygrad_caps.models import cli
 
@@ -24,9 +25,10 @@ pytestmark = pytest.mark.slow
 
 
 def driver(argv, **options):
-    """``tinygrad-caps`` run as a process of its own (the tests that signal or kill the driver)."""
+    """``tinygrad-caps`` run as a process of its own (the tests that signal or kill the driver), with SIGINT at
+    its default disposition however this suite was started (``helpers.with_default_sigint``)."""
     return subprocess.Popen([sys.executable, "-m", "tinygrad_caps.models.cli", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **options)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=with_default_sigint, **options)
 
 
 def wait_for(predicate, seconds=120.0):
@@ -208,6 +210,22 @@ def test_ctrl_c_saves_every_running_run_and_resume_ends_as_the_sequential_study(
     _, stderr = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, stderr
     assert study_files(out) == sequential_study
+
+
+def test_a_driver_takes_a_ctrl_c_even_where_this_suite_was_started_with_sigint_ignored():
+    """The Ctrl-C tests start their driver with ``with_default_sigint``: without it, a suite started as a
+    background job of a script (SIGINT ignored, inherited) gave a driver without a KeyboardInterrupt handler,
+    and those tests waited out their time limit."""
+    show = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        inherited = subprocess.run(show, capture_output=True, text=True, check=True).stdout
+        restored = subprocess.run(show, capture_output=True, text=True, check=True,
+                                  preexec_fn=with_default_sigint).stdout
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert inherited.strip() in ("1", "Handlers.SIG_IGN")  # (its value, or its name on newer Pythons)
+    assert "default_int_handler" in restored
 
 
 def test_max_minutes_is_the_whole_study_s_and_resume_ends_as_the_sequential_study(

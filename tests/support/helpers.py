@@ -2,6 +2,7 @@
 that run processes (mpirun ranks, the CLI, the CuPy stand-in)."""
 import gzip
 import os
+import signal
 import sys
 
 import numpy as np
@@ -123,6 +124,14 @@ def run_with_group_timeout(args, timeout, **kwargs):
             stdout, stderr = process.communicate()
             raise subprocess.TimeoutExpired(args, timeout, output=stdout, stderr=stderr) from None
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+def with_default_sigint() -> None:
+    """``preexec_fn`` of a child process a test stops with SIGINT: the child starts with SIGINT at its
+    default disposition, as a command typed at a terminal does. A suite started as a background job of a
+    script (``pytest ... &``) inherits SIGINT ignored, its children too, and Python then installs no
+    KeyboardInterrupt handler: a ``study run`` driver would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def damaged_npy_header(npy: bytes) -> bytes:
