@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..options import (BOOL, CHOICE, INT, INTS, POSITIVE, REAL, Kind, MappingView, OptionError, OptionsConfig,
                        Range, UnknownOptionError, declaration, is_integer, option, shown)
-from .decoders import DECODERS
+from .decoders import DECODERS, FC_DECODER_HIDDEN
 from .initialization import CAPSULE_INITS
 from .losses import SPREAD_MARGIN_SCHEDULES
 from .recipes import (CLASS_LOSSES, FROM_RECIPE, INPUT_ACTIVATIONS, INVERSE_TEMPERATURE_RANGE, PAPER_SCHEDULE, PARTS,
@@ -133,6 +133,8 @@ class CapsNetConfig(ModelConfig):
                                    choices=GRADIENT_MODES)
     decoder: str = option("fc", CHOICE, "the paper's fully connected decoder or the transposed-conv one",
                           choices=DECODERS)
+    decoder_hidden: tuple = _integers(FC_DECODER_HIDDEN, "units of the fully connected decoder's two hidden layers "
+                                      "(--decoder fc; the paper's 512,1024)", key="decoder_hidden")
     conv1_channels: int = option(256, INT, "channels of the first convolution", range=POSITIVE)
     primary_types: int = option(32, INT, "primary capsule types", range=POSITIVE)
     primary_dim: int = option(8, INT, "values per primary capsule", range=POSITIVE)
@@ -204,6 +206,9 @@ class CapsNetConfig(ModelConfig):
     def __post_init__(self):
         super().__post_init__()
         self.recipe_parts()  # a part that does not apply to the routing: an OptionError naming it
+        if self.decoder != "fc" and tuple(self.decoder_hidden) != FC_DECODER_HIDDEN:
+            raise OptionError(type(self).__name__, "decoder_hidden",
+                              f"sizes the fully connected decoder (--decoder fc), not the {self.decoder!r} one")
         if not routing_traits(self.routing).has_inverse_temperature:
             for name, default in (("em_cost_scale", "none"), ("em_initial_assignment", "uniform")):
                 if getattr(self, name) != default:

@@ -2,18 +2,29 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 from tinygrad_caps import functional as F
 from tinygrad_caps import nn
 
 
-class FCDecoder(nn.Module):
-    """The paper's decoder: (B, num_caps*dim) -> 512 -> 1024 -> C*H*W, ReLU, ReLU, sigmoid."""
+FC_DECODER_HIDDEN = (512, 1024)  # the paper's hidden layers
 
-    HIDDEN = (512, 1024)
+
+class FCDecoder(nn.Module):
+    """The paper's decoder: (B, num_caps*dim) -> 512 -> 1024 -> C*H*W, ReLU, ReLU, sigmoid; ``hidden``
+    sets the two hidden layers' units (CapsNetConfig.decoder_hidden)."""
+
+    HIDDEN = FC_DECODER_HIDDEN
 
     def __init__(self, in_features: int, out_pixels: int, hidden=HIDDEN):
         super().__init__()
+        hidden = tuple(hidden)
+        if len(hidden) != 2 or not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
+                                       for n in hidden):
+            raise ValueError(f"FCDecoder: hidden must be two positive unit counts (the paper's (512, 1024)), "
+                             f"got {hidden!r}")
+        hidden = tuple(int(n) for n in hidden)
         self.fc1 = nn.Linear(in_features, hidden[0])
         self.fc2 = nn.Linear(hidden[0], hidden[1])
         self.fc3 = nn.Linear(hidden[1], out_pixels)
@@ -72,20 +83,23 @@ class DeconvDecoder(nn.Module):
 DECODERS = ("fc", "deconv", "deconv-bn")
 
 
-def decoder_parameter_count(kind: str, in_features: int, channels: int, image_size: int) -> int:
-    """The number of parameters of ``make_decoder(kind, in_features, channels, image_size)``, from its
-    layers' own counts (nothing is allocated)."""
+def decoder_parameter_count(kind: str, in_features: int, channels: int, image_size: int,
+                            hidden=FC_DECODER_HIDDEN) -> int:
+    """The number of parameters of ``make_decoder(kind, in_features, channels, image_size, hidden)``, from
+    its layers' own counts (nothing is allocated)."""
     if kind == "fc":
-        return FCDecoder.parameter_count(in_features, channels * image_size * image_size)
+        return FCDecoder.parameter_count(in_features, channels * image_size * image_size, tuple(hidden))
     if kind in ("deconv", "deconv-bn"):
         return DeconvDecoder.parameter_count(in_features, channels, image_size, batch_norm=kind == "deconv-bn")
     raise ValueError(f"unknown decoder {kind!r}; choose one of {DECODERS}")
 
 
-def make_decoder(kind: str, in_features: int, channels: int, image_size: int) -> nn.Module:
-    """"fc", "deconv" or "deconv-bn" (the transposed-conv decoder with batch norm)."""
+def make_decoder(kind: str, in_features: int, channels: int, image_size: int,
+                 hidden=FC_DECODER_HIDDEN) -> nn.Module:
+    """"fc" (its two hidden layers of ``hidden`` units), "deconv" or "deconv-bn" (the transposed-conv
+    decoder with batch norm): from (B, in_features) to (B, channels * image_size**2)."""
     if kind == "fc":
-        return FCDecoder(in_features, channels * image_size * image_size)
+        return FCDecoder(in_features, channels * image_size * image_size, tuple(hidden))
     if kind in ("deconv", "deconv-bn"):
         return DeconvDecoder(in_features, channels, image_size, batch_norm=kind == "deconv-bn")
     raise ValueError(f"unknown decoder {kind!r}; choose one of {DECODERS}")

@@ -195,7 +195,7 @@ class CapsNet(nn.Module):
             self.digit = DigitCaps(in_caps, in_dim, num_classes, c.digit_dim, routing=routing, **layer_options)
         else:
             self.digit = routing_layer(routing, in_caps, in_dim, num_classes, c.digit_dim, **layer_options)
-        self.decoder = make_decoder(c.decoder, num_classes * c.digit_dim, in_channels, image_size)
+        self.decoder = make_decoder(c.decoder, num_classes * c.digit_dim, in_channels, image_size, c.decoder_hidden)
         # made last, so that the other layers draw the same initial values with either input activations
         self.primary_activations = (PrimaryActivations(conv1_channels, primary_types, kernel_size, stride=2)
                                     if parts.input_activations == "learned" else None)
@@ -248,7 +248,8 @@ class CapsNet(nn.Module):
                   (c.num_classes, c.digit_dim)]
         for (in_caps, in_dim), (out_caps, out_dim) in zip(layers, layers[1:]):
             count += routing_parameter_count(c.routing, in_caps, in_dim, out_caps, out_dim, bias)
-        return count + decoder_parameter_count(c.decoder, c.num_classes * c.digit_dim, c.in_channels, c.image_size)
+        return count + decoder_parameter_count(c.decoder, c.num_classes * c.digit_dim, c.in_channels, c.image_size,
+                                            c.decoder_hidden)
 
     def routing_layers(self) -> list:
         """(name, layer) for every routing layer, bottom to top: ("hidden.0", ...), ..., ("digit", ...)."""

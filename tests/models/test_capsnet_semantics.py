@@ -4,7 +4,7 @@ import pytest
 
 import tinygrad_caps as tc
 import tinygrad_caps.functional as F
-from tinygrad_caps.models import CapsNet, PrimaryCaps, capsule_loss, dynamic_routing, margin_loss
+from tinygrad_caps.models import CapsNet, FCDecoder, PrimaryCaps, capsule_loss, dynamic_routing, margin_loss
 
 SMALL = dict(image_size=16, kernel_size=5, conv1_channels=8, primary_types=4, primary_dim=8, digit_dim=16)
 
@@ -154,6 +154,24 @@ def test_sizes_derive_from_the_arguments():
     assert deconv(np.zeros((2, 1, 16, 16), np.float32))[2].shape == (2, 256)
     bn = CapsNet(decoder="deconv-bn", **SMALL)
     assert bn(np.zeros((2, 1, 16, 16), np.float32), np.array([0, 1]))[2].shape == (2, 256)
+
+
+def test_decoder_hidden_sizes_the_fc_decoder_and_nothing_else():
+    model = CapsNet(decoder_hidden=(6, 5), **SMALL)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items() if k.startswith("decoder.")}
+    assert shapes == {"decoder.fc1.weight": (6, 160), "decoder.fc1.bias": (6,), "decoder.fc2.weight": (5, 6),
+                      "decoder.fc2.bias": (5,), "decoder.fc3.weight": (256, 5), "decoder.fc3.bias": (256,)}
+    default = CapsNet(**SMALL)
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.startswith("decoder.")} == \
+        {k: tuple(v.shape) for k, v in default.state_dict().items() if not k.startswith("decoder.")}
+    assert model(np.zeros((2, 1, 16, 16), np.float32))[2].shape == (2, 256)
+    assert model.config.to_dict()["decoder_hidden"] == [6, 5]
+    with pytest.raises(ValueError, match="decoder_hidden.*fully connected decoder"):
+        CapsNet(decoder="deconv", decoder_hidden=(6, 5), **SMALL)
+    with pytest.raises(ValueError, match="decoder_hidden must be 2 positive integers"):
+        CapsNet(decoder_hidden=(6, 0), **SMALL)
+    with pytest.raises(ValueError, match="FCDecoder: hidden must be two positive unit counts"):
+        FCDecoder(4, 9, hidden=(3,))
 
 
 def test_default_parameter_names_and_shapes():

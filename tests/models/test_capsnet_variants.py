@@ -204,7 +204,8 @@ def test_every_routing_layer_returns_its_trace_bottom_to_top(routing):
     np.testing.assert_array_equal(tr.numpy(), recon.numpy())
 
 
-@pytest.mark.parametrize("options", [{}, {"decoder": "deconv"}, {"decoder": "deconv-bn"}, {"capsule_bias": True},
+@pytest.mark.parametrize("options", [{}, {"decoder": "deconv"}, {"decoder": "deconv-bn"}, {"decoder_hidden": (6, 5)},
+                                     {"capsule_bias": True},
                                      {"conventions": "official"}, {"hidden_capsules": [(4, 3), (2, 5)]},
                                      {"routing": "uniform", "capsule_bias": True}, {"routing": "em"},
                                      {"routing": "self-attention"}, {"routing": "self-routing", "hidden_capsules": [(4, 3)]}])

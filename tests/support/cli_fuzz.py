@@ -14,7 +14,8 @@ from tinygrad_caps.models import cli
 
 SIZE, KERNEL, TRAIN, TEST, CLASSES = 8, 3, 12, 6, 3
 TINY = ["--dataset", "tiny", "--conv1-channels", "2", "--primary-types", "1", "--primary-dim", "2", "--digit-dim",
-        "2", "--kernel-size", str(KERNEL), "--batch-size", "12", "--epochs", "1", "--no-progress", "--device", "cpu"]
+        "2", "--kernel-size", str(KERNEL), "--decoder-hidden", "16,32", "--batch-size", "12", "--epochs", "1",
+        "--no-progress", "--device", "cpu"]
 
 
 def idx_dataset_files() -> dict:

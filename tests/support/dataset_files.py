@@ -15,7 +15,8 @@ from tinygrad_caps.models import cli
 
 # A CapsNet small enough that one epoch on a few images takes well under a second.
 TINY_MODEL = ["--conv1-channels", "2", "--primary-types", "1", "--primary-dim", "2", "--digit-dim", "2",
-              "--kernel-size", "3", "--batch-size", "4", "--epochs", "1", "--no-progress", "--device", "cpu"]
+              "--kernel-size", "3", "--decoder-hidden", "16,32", "--batch-size", "4",
+              "--epochs", "1", "--no-progress", "--device", "cpu"]
 
 
 def run_cli(argv):

@@ -165,8 +165,8 @@ def single_thread_env():
 
 
 TINY_TRAIN = ["--dataset", "tiny", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4",
-              "--digit-dim", "4", "--kernel-size", "3", "--batch-size", "16", "--dtype", "float64", "--augment", "none",
-              "--no-progress"]
+              "--digit-dim", "4", "--kernel-size", "3", "--decoder-hidden", "16,32", "--batch-size", "16",
+              "--dtype", "float64", "--augment", "none", "--no-progress"]
 
 
 def write_tiny_data(root):

@@ -17,7 +17,8 @@ from tinygrad_caps.models.app.training.trainer import batch_losses, train
 
 from helpers import write_striped_dataset
 
-TINY_MODEL = dict(conv1_channels=4, primary_types=2, primary_dim=4, digit_dim=4, kernel_size=3)
+TINY_MODEL = dict(conv1_channels=4, primary_types=2, primary_dim=4, digit_dim=4, kernel_size=3,
+                  decoder_hidden=(16, 32))  # the paper's 512 and 1024 units were most of the emulated work
 
 
 def expect(error, action, what):
