@@ -15,7 +15,8 @@ from paths import ROOT
 pytestmark = pytest.mark.slow
 
 SCRIPT = ROOT / "benchmarks" / "studies" / "gpu_window.sh"
-TINY_MODEL = "--conv1-channels 4 --primary-types 2 --primary-dim 4 --digit-dim 4 --kernel-size 3"
+TINY_MODEL = ("--conv1-channels 4 --primary-types 2 --primary-dim 4 --digit-dim 4 --kernel-size 3 "
+              "--decoder-hidden 16,32")
 
 
 def window(name, out, data, **env):

@@ -14,7 +14,7 @@ from tinygrad_caps.models.app.studies.registry import get_study
 from tinygrad_caps.models.capsnet.config import CapsNetConfig
 
 SMALL = ["--kernel-size", "5", "--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "3",
-         "--digit-dim", "4"]
+         "--digit-dim", "4", "--decoder-hidden", "16,32"]
 
 
 @pytest.fixture

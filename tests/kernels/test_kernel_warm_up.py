@@ -78,7 +78,7 @@ from tinygrad_caps.kernels import modules, warmup
 from tinygrad_caps.models import CapsNet
 from tinygrad_caps.models.app.training.step import capsnet_training_step
 model = CapsNet(conv1_channels=4, primary_types=2, primary_dim=4, digit_dim=4, kernel_size=3, in_channels=1,
-                image_size=10, num_classes=3)
+                image_size=10, num_classes=3, decoder_hidden=(16, 32))
 x = tc.tensor(np.random.default_rng(0).random((2, 1, 10, 10), dtype=np.float32))
 _, step = capsnet_training_step(model, x, np.array([0, 2]))
 step()

@@ -16,15 +16,19 @@ from tinygrad_caps.models.analysis.routing_statistics import STATISTICS as ITERA
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 needs_fashion = pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),
                                    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
-TINY_MODEL = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4"]
-TINY_OPTIONS = dict(conv1_channels=4, primary_types=2, primary_dim=4, digit_dim=4)
+# the decoder of 16 and 32 units: with the paper's 512 and 1024 it held 99% of these models' parameters
+SMALL_DECODER = (16, 32)
+TINY_MODEL = ["--conv1-channels", "4", "--primary-types", "2", "--primary-dim", "4", "--digit-dim", "4",
+              "--decoder-hidden", "16,32"]
+TINY_OPTIONS = dict(conv1_channels=4, primary_types=2, primary_dim=4, digit_dim=4, decoder_hidden=SMALL_DECODER)
 STATISTICS = {"iteration", *ITERATION_STATISTICS}  # every per-iteration figure (analysis/figures.py)
 
 
 def tiny_model(iterations=3, gradient="full"):
     tc.manual_seed(0)
     return CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=1, primary_dim=3, digit_dim=2,
-                   num_classes=3, routing_iterations=iterations, routing_gradient=gradient).to(dtype="float64")
+                   num_classes=3, decoder_hidden=SMALL_DECODER,
+                   routing_iterations=iterations, routing_gradient=gradient).to(dtype="float64")
 
 
 def tiny_batch(n=4):
@@ -78,7 +82,7 @@ def test_report_parameter_norms_match_a_plain_backward():
 def test_hessian_power_iteration_follows_the_exact_hessian():
     tc.manual_seed(0)
     model = CapsNet(image_size=12, kernel_size=5, conv1_channels=2, primary_types=1, primary_dim=3, digit_dim=2,
-                    num_classes=2, routing_iterations=2).to(dtype="float64")
+                    num_classes=2, decoder_hidden=SMALL_DECODER, routing_iterations=2).to(dtype="float64")
     x, y = tiny_batch(2)
     y = y % 2
     from tinygrad_caps.models.analysis.gradflow import _substituted_parameter, batch_loss
@@ -216,7 +220,8 @@ def test_report_covers_every_routing_layer_of_a_deep_stack_and_uniform_routing()
     tc.manual_seed(0)
     x, y = tiny_batch(3)
     deep = CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=2,
-                   num_classes=3, hidden_capsules=[(4, 3)], capsule_bias=True).to(dtype="float64")
+                   num_classes=3, decoder_hidden=SMALL_DECODER,
+                   hidden_capsules=[(4, 3)], capsule_bias=True).to(dtype="float64")
     report = gradient_flow_report(deep, x, y)
     for mode in ("full", "detach"):
         layers = report["modes"][mode]["layers"]
@@ -226,7 +231,7 @@ def test_report_covers_every_routing_layer_of_a_deep_stack_and_uniform_routing()
     assert report["modes"]["full"]["layers"][0]["iterations"][0]["grad_norm_sum"] > 0
     assert {"hidden.0.weight", "hidden.0.bias", "digit.bias"} <= set(report["mode_cosine"])
     flat = CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=2,
-                   num_classes=3, routing="uniform").to(dtype="float64")
+                   num_classes=3, decoder_hidden=SMALL_DECODER, routing="uniform").to(dtype="float64")
     rows = gradient_flow_report(flat, x, y, modes=("full",))["modes"]["full"]["layers"][0]["iterations"]
     assert len(rows) == 1 and rows[0]["coupling_entropy"] == pytest.approx(1.0) and rows[0]["grad_norm_sum"] > 0
 
@@ -477,7 +482,7 @@ def test_gradflow_picture_tells_the_two_paths_of_a_one_step_routing_apart(routin
 
     tc.manual_seed(0)
     model = CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=2,
-                    num_classes=3, routing=routing).to(dtype="float64")
+                    num_classes=3, decoder_hidden=SMALL_DECODER, routing=routing).to(dtype="float64")
     if routing == "self-routing":  # W_route = 0 at the start: let the coupling depend on u
         model.digit.route_weight.data[...] = np.random.default_rng(0).normal(0, 0.5, model.digit.route_weight.shape)
     report = gradient_flow_report(model, *tiny_batch())
@@ -517,7 +522,7 @@ def test_d_score_is_taken_from_the_activations_where_the_routing_has_them(tmp_pa
     for routing, source in (("em", "activations"), ("self-routing", "activations"), ("dynamic", "lengths")):
         tc.manual_seed(0)
         model = CapsNet(image_size=12, kernel_size=5, conv1_channels=4, primary_types=2, primary_dim=3, digit_dim=2,
-                        num_classes=3, routing=routing).to(dtype="float64")
+                        num_classes=3, decoder_hidden=SMALL_DECODER, routing=routing).to(dtype="float64")
         outputs = model(tc.tensor(x), y, return_trace=True)
         trace = outputs.traces[-1]
         stats = routing_statistics(trace)
