@@ -12,8 +12,8 @@ FC_DECODER_HIDDEN = (512, 1024)  # the paper's hidden layers
 
 
 class FCDecoder(nn.Module):
-    """The paper's decoder: (B, num_caps*dim) -> 512 -> 1024 -> C*H*W, ReLU, ReLU, sigmoid; ``hidden``
-    sets the two hidden layers' units (CapsNetConfig.decoder_hidden)."""
+    """The paper's decoder: (B, num_caps*dim) -> hidden[0] -> hidden[1] -> C*H*W, ReLU, ReLU, sigmoid;
+    ``hidden`` (CapsNetConfig.decoder_hidden) the paper's (512, 1024) by default."""
 
     HIDDEN = FC_DECODER_HIDDEN
 

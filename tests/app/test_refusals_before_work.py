@@ -49,6 +49,9 @@ def test_train_refuses_a_tensorboard_folder_it_cannot_make_before_creating_anyth
     (["--routing", "self-attention", "--routing-gradient", "detach"],
      "routing 'self-attention' is not iterative: it has no 'detach' gradient mode"),
     (["--routing", "em", "--conventions", "official"], "routing 'em' takes no capsule bias"),
+    # TINY's --decoder-hidden 16,32 sizes the FC decoder, which --decoder deconv replaces
+    (["--decoder", "deconv"],
+     "--decoder-hidden sizes the fully connected decoder (--decoder fc), not the 'deconv' one"),
 ])
 def test_options_that_do_not_go_together_are_refused_before_the_data_is_loaded(tmp_path, capsys, options, message):
     # the data folder holds no dataset: a refusal after loading would name the missing data instead

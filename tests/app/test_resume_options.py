@@ -129,3 +129,32 @@ def test_a_cnn_run_records_no_capsule_options(data_dir, tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["model"] == "cnn" and not set(MODEL_OPTIONS) & set(config)
     assert "log_gradflow" not in config and "reconstruction_weight" not in config
+
+
+def _without_decoder_hidden(run):
+    """``run``'s config.json and checkpoints as a run made before --decoder-hidden existed wrote them."""
+    config = json.loads((run / "config.json").read_text())
+    del config["decoder_hidden"]
+    (run / "config.json").write_text(json.dumps(config))
+    for path in (run / "checkpoints").glob("*.npz"):
+        checkpoint = tc.load(path)
+        del checkpoint["config"]["decoder_hidden"]
+        tc.save(checkpoint, path)
+
+
+def test_a_run_older_than_a_model_option_resumes_with_that_options_default(data_dir, tmp_path, capsys):
+    """A run whose config predates --decoder-hidden was built with the paper's 512,1024: --resume continues
+    it as such, and another value is the one-line refusal of any changed model option, before any data is
+    read (not a shape error from its weights after)."""
+    out = tmp_path / "old"
+    assert train(data_dir, out, "--epochs", "1", options=[*RUN[:10], "--no-progress"]) == 0
+    _without_decoder_hidden(out)
+    capsys.readouterr()
+    status = cli.main(["train", "--resume", "--out", str(out), "--epochs", "2", "--decoder-hidden", "16,32",
+                       "--no-progress"])
+    printed = capsys.readouterr()
+    assert status == 2 and len(printed.err.strip().splitlines()) == 1 and "data:" not in printed.out
+    assert "--decoder-hidden [16, 32] differs from the run's [512, 1024]" in printed.err
+    assert cli.main(["train", "--resume", "--out", str(out), "--epochs", "2", "--no-progress"]) == 0
+    assert len(metrics(out)) == 2
+    assert json.loads((out / "config.json").read_text())["decoder_hidden"] == [512, 1024]

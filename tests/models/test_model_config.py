@@ -39,10 +39,10 @@ def test_every_field_has_a_default_allowed_values_and_help():
         for field in dataclasses.fields(config_class):
             assert field.default is not dataclasses.MISSING and field.metadata["help"], field.name
     assert MODEL_OPTIONS == ("routing_iterations", "routing_gradient", "decoder", "decoder_hidden", "conv1_channels",
-                             "primary_types", "primary_dim", "digit_dim", "kernel_size", "hidden_capsules", "capsule_bias", "routing",
-                             "conventions", "leaky_routing", "squash", "squash_eps", "em_inverse_temperature",
-                             "capsule_init", "recipe", "input_activations", "class_loss", "spread_margin_schedule",
-                             "em_cost_scale", "em_initial_assignment")
+                             "primary_types", "primary_dim", "digit_dim", "kernel_size", "hidden_capsules",
+                             "capsule_bias", "routing", "conventions", "leaky_routing", "squash", "squash_eps",
+                             "em_inverse_temperature", "capsule_init", "recipe", "input_activations", "class_loss",
+                             "spread_margin_schedule", "em_cost_scale", "em_initial_assignment")
 
 
 def test_dict_form_round_trips_and_bad_values_name_the_field():

@@ -19,6 +19,7 @@ from ...errors import TrainingDiverged, UsageError
 from .checkpoint_schema import validate_optimizer, validate_training_checkpoint
 from .config import TrainingConfig, training_config
 from .reporting import plural
+from .run_options import capsnet_options_newer_than
 from .threads import default_threads
 
 
@@ -114,17 +115,19 @@ def keep_model_options(config: TrainingConfig, saved: dict) -> TrainingConfig:
     """``config`` with the model of a checkpoint's config ``saved``: an option that ``config`` leaves
     unset is taken from it, and one set to another value is refused (UsageError naming both values)."""
     model, network = config.model, dict(config.network)
+    saved = {**capsnet_options_newer_than(saved), **saved}  # (the run was built with their defaults)
     for key in ("model",) + MODEL_OPTIONS:
         if key not in saved:
             continue
+        stored = saved[key]
         current = model if key == "model" else network.get(key)
-        if current is not None and _as_json(current) != _as_json(saved[key]):
-            raise UsageError(f"--resume: the run's {key} is {saved[key]!r}, not {current!r}; "
+        if current is not None and _as_json(current) != _as_json(stored):
+            raise UsageError(f"--resume: the run's {key} is {stored!r}, not {current!r}; "
                              "a run continues with its own model (start a new run with another --out)")
         if key == "model":
-            model = saved[key]
+            model = stored
         else:
-            network[key] = saved[key]
+            network[key] = stored
     return training_config(config, model=model, network=network)
 
 

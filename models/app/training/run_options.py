@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS
+from ...capsnet.config import CNN_OPTIONS, MODEL_OPTIONS, CapsNetConfig
 from ...errors import UsageError
 from ...options import option_flag
 from .config import (CAPSULE_TRAINING_OPTIONS, LAUNCH_OPTIONS, MAY_CHANGE_ON_RESUME,  # derived from TrainingConfig
@@ -98,6 +98,7 @@ def resumed_options(given: dict, explicit: set, saved: dict, log=None, may_chang
     """
     log = log or print
     options = dict(given)
+    saved = {**capsnet_options_newer_than(saved), **saved}
     for name, value in given.items():
         if name in NOT_RUN_OPTIONS or name in LAUNCH_OPTIONS or name not in saved:
             continue  # a new option since the run started keeps the command line's value
@@ -114,6 +115,15 @@ def resumed_options(given: dict, explicit: set, saved: dict, log=None, may_chang
                                  "another --out")
             log(f"--resume: {option_flag(name)} changes from {_shown(saved[name])} to {_shown(value)}")
     return options
+
+
+def capsnet_options_newer_than(saved: Mapping) -> dict:
+    """The CapsNet options a run's config ``saved`` lacks (options added since the run started), with
+    the defaults the run's model was built with; {} for another model."""
+    if saved.get("model", CapsNetConfig.MODEL) != CapsNetConfig.MODEL:
+        return {}
+    defaults = CapsNetConfig().to_dict()
+    return {name: defaults[name] for name in MODEL_OPTIONS if name not in saved}
 
 
 def train_may_change_on_resume() -> list:
