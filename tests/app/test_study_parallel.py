@@ -212,7 +212,7 @@ def test_ctrl_c_saves_every_running_run_and_resume_ends_as_the_sequential_study(
     assert study_files(out) == sequential_study
 
 
-def test_a_driver_takes_a_ctrl_c_even_where_this_suite_was_started_with_sigint_ignored():
+def test_the_ctrl_c_tests_start_their_driver_with_sigint_at_its_default_even_where_this_suite_ignores_it():
     """The Ctrl-C tests start their driver with ``with_default_sigint``: without it, a suite started as a
     background job of a script (SIGINT ignored, inherited) gave a driver without a KeyboardInterrupt handler,
     and those tests waited out their time limit."""
