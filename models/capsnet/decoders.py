@@ -88,7 +88,7 @@ def decoder_parameter_count(kind: str, in_features: int, channels: int, image_si
     """The number of parameters of ``make_decoder(kind, in_features, channels, image_size, hidden)``, from
     its layers' own counts (nothing is allocated)."""
     if kind == "fc":
-        return FCDecoder.parameter_count(in_features, channels * image_size * image_size, tuple(hidden))
+        return FCDecoder.parameter_count(in_features, channels * image_size * image_size, hidden)
     if kind in ("deconv", "deconv-bn"):
         return DeconvDecoder.parameter_count(in_features, channels, image_size, batch_norm=kind == "deconv-bn")
     raise ValueError(f"unknown decoder {kind!r}; choose one of {DECODERS}")
@@ -99,7 +99,7 @@ def make_decoder(kind: str, in_features: int, channels: int, image_size: int,
     """"fc" (its two hidden layers of ``hidden`` units), "deconv" or "deconv-bn" (the transposed-conv
     decoder with batch norm): from (B, in_features) to (B, channels * image_size**2)."""
     if kind == "fc":
-        return FCDecoder(in_features, channels * image_size * image_size, tuple(hidden))
+        return FCDecoder(in_features, channels * image_size * image_size, hidden)
     if kind in ("deconv", "deconv-bn"):
         return DeconvDecoder(in_features, channels, image_size, batch_norm=kind == "deconv-bn")
     raise ValueError(f"unknown decoder {kind!r}; choose one of {DECODERS}")

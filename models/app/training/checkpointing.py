@@ -119,15 +119,14 @@ def keep_model_options(config: TrainingConfig, saved: dict) -> TrainingConfig:
     for key in ("model",) + MODEL_OPTIONS:
         if key not in saved:
             continue
-        stored = saved[key]
         current = model if key == "model" else network.get(key)
-        if current is not None and _as_json(current) != _as_json(stored):
-            raise UsageError(f"--resume: the run's {key} is {stored!r}, not {current!r}; "
+        if current is not None and _as_json(current) != _as_json(saved[key]):
+            raise UsageError(f"--resume: the run's {key} is {saved[key]!r}, not {current!r}; "
                              "a run continues with its own model (start a new run with another --out)")
         if key == "model":
-            model = stored
+            model = saved[key]
         else:
-            network[key] = stored
+            network[key] = saved[key]
     return training_config(config, model=model, network=network)
 
 
